@@ -1,0 +1,74 @@
+"""Proof that a task's checks can fail: zeros, a pass-through of an input and an fp16 round trip
+of the right answer must each be rejected, while the reference itself is accepted.
+
+Runs on the CPU with the task's own inputs and references, so it guards every task on any machine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grader.compare import judge
+from grader.context import seed_for
+from grader.spec import Buffer, Case, Entry, Rng, Task, torch_dtype
+
+MAX_ELEMENTS = 1 << 21  # larger cases add time, not evidence
+
+
+def _clone(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.clone() if hasattr(v, "clone") else v for k, v in values.items()}
+
+
+def _size(case: Case) -> int:
+    n = 1
+    for v in case.params.values():
+        if isinstance(v, int):
+            n *= max(v, 1)
+    return n
+
+
+def fakes(entry: Entry, inputs: dict[str, Any], out: Buffer, expected: Any, shape: tuple[int, ...]) -> dict[str, Any]:
+    """Plausible wrong answers a broken or lazy kernel would produce."""
+    import torch
+
+    dt = torch_dtype(out.dtype)
+    fake: dict[str, Any] = {"zeros": torch.zeros(shape, dtype=dt)}
+    sources = [inputs[b.name] for b in entry.buffers("in") if b.name in inputs]
+    if sources:
+        flat = sources[0].flatten().to(dt)
+        numel = fake["zeros"].numel()
+        passthrough = torch.zeros(numel, dtype=dt)
+        passthrough[: min(numel, flat.numel())] = flat[:numel]
+        fake["pass-through"] = passthrough.view(shape)
+    if dt.is_floating_point:
+        fake["fp16 round trip"] = expected.reshape(shape).to(dt).half().to(dt)
+    return fake
+
+
+def calibrate(task: Task) -> list[str]:
+    """Problems found; an empty list means every fake fails somewhere and the reference passes."""
+    problems: list[str] = []
+    cases = [c for c in task.cases if _size(c) <= MAX_ELEMENTS] or list(task.cases[:1])
+    for entry in task.entries:
+        caught: dict[tuple[str, str], bool] = {}
+        for case in cases:
+            inputs = task.make_inputs(case.params, Rng(seed_for(task, case.label), "cpu"))
+            expected = entry.reference(_clone(inputs))
+            shapes = task.output_shapes(inputs)
+            for out in entry.buffers("out") + entry.buffers("inout"):
+                atol, rtol = task.tol(out.dtype)
+                ref = expected[out.name].reshape(shapes[out.name])
+                exact = ref.to(torch_dtype(out.dtype))
+                if judge(out.name, exact, ref, atol, rtol, None) is not None:
+                    problems.append(f"{task.task_id} {entry.symbol} {case.label}: the reference, stored as "
+                                    f"{out.dtype}, fails its own tolerance")
+                for kind, value in fakes(entry, inputs, out, ref, shapes[out.name]).items():
+                    key = (out.name, kind)
+                    if value.numel() and judge(out.name, value, ref, atol, rtol, None) is not None:
+                        caught[key] = True
+                    else:
+                        caught.setdefault(key, False)
+        for (name, kind), was_caught in caught.items():
+            if not was_caught:
+                problems.append(f"{task.task_id} {entry.symbol}: a {kind} `{name}` passes every case")
+    return problems

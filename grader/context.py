@@ -1,0 +1,57 @@
+"""What a task's custom checks get to work with inside the child process."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from grader.ffi import EntryPoint, Library
+from grader.spec import Rng, Task
+from grader.verdict import CheckFailure, Verdict
+
+
+def seed_for(task: Task, label: str) -> int:
+    """Deterministic per task and case; GRADER_SEED (a CI secret) moves every input."""
+    secret = os.environ.get("GRADER_SEED", "")
+    return int(hashlib.sha256(f"{secret}/{task.task_id}/{label}".encode()).hexdigest()[:12], 16)
+
+
+@dataclass
+class RunContext:
+    task: Task
+    lib: Library
+    device: str = "cuda"
+    notes: list[str] = field(default_factory=list)
+
+    def entry(self, symbol: str, args: Any = None) -> EntryPoint:
+        return self.lib.function(symbol, args if args is not None else self.task.entry(symbol).args)
+
+    def rng(self, label: str) -> Rng:
+        return Rng(seed_for(self.task, label), self.device)
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+    def fail(self, message: str, verdict: Verdict = Verdict.WRONG) -> None:
+        raise CheckFailure(verdict, message)
+
+    def check_rc(self, symbol: str, rc: int, case: str) -> None:
+        if rc != 0:
+            raise CheckFailure(Verdict.CRASH, returned_error(self.lib, symbol, rc, case))
+
+
+_HINTS = {
+    "cudaErrorNotYetImplemented": "the skeleton's stub `return` is still in place",
+    "cudaErrorInvalidConfiguration": "a block holds at most 1024 threads and a grid needs at least one block",
+    "cudaErrorInvalidValue": "an argument to a runtime call is invalid (a null pointer, a size of 0, a bad direction?)",
+    "cudaErrorNoKernelImageForDevice": "the library was built for another GPU architecture: unset GRADER_ARCH",
+    "cudaErrorMemoryAllocation": "cudaMalloc failed: is the size in bytes right?",
+}
+
+
+def returned_error(lib: Library, symbol: str, rc: int, case: str) -> str:
+    name = lib.error_name(rc)
+    hint = _HINTS.get(name)
+    return f"{symbol} returned {name} ({rc}) for {case}" + (f": {hint}" if hint else "")

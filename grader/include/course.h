@@ -1,0 +1,30 @@
+// course.h — the few lines every task file shares.
+//
+// COURSE_API marks the entry points the grader calls through ctypes: C linkage keeps their
+// names unmangled, default visibility keeps them exported from the shared library.
+// CUDA_CHECK is the course's one error-check macro: it names the file and line of the failing
+// call and returns the error from the enclosing function (which therefore returns cudaError_t),
+// because a library loaded into Python must never call exit().
+#pragma once
+
+#include <cuda_runtime.h>
+#include <cstdio>
+
+#define COURSE_API extern "C" __attribute__((visibility("default")))
+
+#define CUDA_CHECK(call)                                                              \
+    do {                                                                              \
+        cudaError_t course_err_ = (call);                                             \
+        if (course_err_ != cudaSuccess) {                                             \
+            fprintf(stderr, "%s:%d: CUDA error %s (%s) in `%s`\n", __FILE__, __LINE__, \
+                    cudaGetErrorName(course_err_), cudaGetErrorString(course_err_),    \
+                    #call);                                                           \
+            return course_err_;                                                       \
+        }                                                                             \
+    } while (0)
+
+// Lets the grader print error names with the same runtime the task was linked against.
+// Each task is a single translation unit, so this definition appears once per library.
+COURSE_API const char* course_error_name(int code) {
+    return cudaGetErrorName(static_cast<cudaError_t>(code));
+}

@@ -1,0 +1,142 @@
+"""pytest front end: `pytest lab1` grades lab 1, so -k, -x and markers work as usual.
+
+Each task file defines `TASK = Task(...)` and one test that calls the `grade` fixture. The
+first such test builds every selected task in one parallel nvcc run; each test then waits for
+its own task's verdict. At the end the plugin prints the table and, with --grade-dir, writes
+results.json and summary.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grader import envinfo, rubric, runner
+from grader.report_files import markdown, write_json
+from grader.report_terminal import table
+from grader.spec import Task
+from grader.verdict import TaskResult, Verdict
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("grader")
+    g.addoption("--task", default="", help="only these task numbers, e.g. 03 or 01,04")
+    g.addoption("--solutions", action="store_true", help="grade the reference solutions (instructors)")
+    g.addoption("--timing", default="quick", choices=["off", "quick", "bench"], help="how carefully to time")
+    g.addoption("--sanitize", action="store_true", help="run compute-sanitizer memcheck and racecheck")
+    g.addoption("--force-run", action="store_true", help="run the checks even on untouched skeletons")
+    g.addoption("--grade-dir", default="", help="write results.json and summary.md here")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU to pass (skipped, with a reason, without one)")
+    config.stash[_KEY] = Session(config)
+
+
+def _task_of(item: pytest.Item) -> Task | None:
+    module = getattr(item, "module", None)
+    task = getattr(module, "TASK", None)
+    if isinstance(task, Task):
+        task.spec_file = str(Path(str(module.__file__)).resolve())
+        return task
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    wanted = {n.strip().zfill(2) for n in config.getoption("--task").split(",") if n.strip()}
+    keep, drop = [], []
+    for item in items:
+        task = _task_of(item)
+        if task is not None:
+            item.add_marker(pytest.mark.gpu)
+        if wanted and (task is None or task.number not in wanted):
+            drop.append(item)
+        else:
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+class Session:
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.results: list[TaskResult] = []
+        self._pending: dict[str, TaskResult] = {}
+        self._stream: Iterator[TaskResult] | None = None
+
+    def options(self) -> runner.Options:
+        c = self.config
+        return runner.Options(
+            solutions=c.getoption("--solutions"), timing=c.getoption("--timing"),
+            sanitize=c.getoption("--sanitize"), force_run=c.getoption("--force-run"),
+        )
+
+    def result_for(self, task: Task, items: list[pytest.Item]) -> TaskResult:
+        if self._stream is None:
+            tasks = [t for t in (_task_of(i) for i in items) if t is not None]
+            self._stream = runner.grade(tasks, self.options())
+        while task.task_id not in self._pending:
+            r = next(self._stream)
+            self._pending[r.task_id] = r
+        result = self._pending.pop(task.task_id)
+        result.points, result.max_points = rubric.score(task, result)
+        self.results.append(result)
+        return result
+
+
+_KEY = pytest.StashKey[Session]()
+
+
+@pytest.fixture
+def grade(request: pytest.FixtureRequest, record_property: Callable[[str, Any], None]) -> Callable[[Task], None]:
+    session = request.config.stash[_KEY]
+
+    def run(task: Task) -> None:
+        task.spec_file = str(Path(str(request.module.__file__)).resolve())
+        r = session.result_for(task, request.session.items)
+        record_property("verdict", str(r.verdict))
+        record_property("points", f"{r.points:g}/{r.max_points:g}")
+        for t in r.timings:
+            record_property(f"time_ms[{t.entry}]", f"{t.median_ms:.4f}")
+            if t.speedup:
+                record_property(f"speedup[{t.entry}]", f"{t.speedup:.3f}")
+        if r.verdict == Verdict.PASS:
+            return
+        if r.verdict == Verdict.SKIPPED:
+            pytest.skip(r.message)
+        extra = "".join(f"\nnote: {n}" for n in r.notes if "built in" not in n)
+        pytest.fail(f"{r.verdict}: {r.message}{extra}", pytrace=False)
+
+    return run
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    session = config.stash[_KEY]
+    if not session.results:
+        return
+    tr = terminalreporter
+    tr.section("grader")
+    for line in table(session.results).splitlines():
+        tr.write_line(line)
+    got = sum(r.points for r in session.results)
+    total = sum(r.max_points for r in session.results)
+    tr.write_line(f"score: {got:g} / {total:g}")
+    not_started = [r.task_id for r in session.results if r.verdict == Verdict.NOT_STARTED]
+    if not_started and len(not_started) == len(session.results):
+        tr.write_line("nothing started yet: open the lab's README.md and fill in the TODO regions")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    s = session.config.stash.get(_KEY, None)
+    out = session.config.getoption("--grade-dir", default="")
+    if not s or not out:
+        return
+    d = Path(out)
+    d.mkdir(parents=True, exist_ok=True)
+    env = envinfo.environment()
+    write_json(d / "results.json", s.results, env)
+    (d / "summary.md").write_text(markdown(s.results, env))

@@ -1,0 +1,53 @@
+"""Machine-readable results for instructors: results.json and summary.md (JUnit XML comes from
+pytest's own --junitxml, with each task's verdict and timings attached as properties)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from grader.report_terminal import fmt_ms
+from grader.verdict import TaskResult
+
+
+def write_json(path: Path, results: list[TaskResult], env: dict[str, Any]) -> None:
+    labs: dict[str, dict[str, float]] = {}
+    for r in results:
+        lab = labs.setdefault(r.lab, {"points": 0.0, "max_points": 0.0})
+        lab["points"] += r.points
+        lab["max_points"] += r.max_points
+    doc = {
+        "environment": env,
+        "tasks": [r.to_dict() for r in results],
+        "labs": labs,
+        "total": {"points": sum(r.points for r in results), "max_points": sum(r.max_points for r in results)},
+    }
+    path.write_text(json.dumps(doc, indent=2, default=str))
+
+
+def markdown(results: list[TaskResult], env: dict[str, Any]) -> str:
+    gpu = env.get("gpus") or [{}]
+    lines = [
+        "# Grading summary",
+        "",
+        f"GPU: {gpu[0].get('name', 'none')} (cc {gpu[0].get('compute_capability', '-')}, driver "
+        f"{gpu[0].get('driver', '-')}) · nvcc {env.get('nvcc')} · torch {env.get('torch')} · arch {env.get('arch')}",
+        "",
+        "| task | verdict | time | vs torch | of copy bw | points |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        t = r.timings[0] if r.timings else None
+        speed = f"{t.speedup:.2f}×" if t and t.speedup else ""
+        share = f"{t.share_of_copy:.0%}" if t and t.share_of_copy is not None else ""
+        lines.append(f"| {r.task_id} {r.title} | {r.verdict} | {fmt_ms(t.median_ms) if t else ''} | {speed} | "
+                     f"{share} | {r.points:g} / {r.max_points:g} |")
+    total = sum(r.points for r in results)
+    lines += ["", f"**Total: {total:g} / {sum(r.max_points for r in results):g}**", ""]
+    failing = [r for r in results if r.message and str(r.verdict) != "pass"]
+    if failing:
+        lines.append("## Details")
+        for r in failing:
+            lines += ["", f"### {r.task_id} {r.title}: {r.verdict}", "", "```", r.message.strip(), "```"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,235 @@
+"""How a task declares what the grader checks.
+
+A task file (`labN/tests/test_NN_name.py`) builds one `Task`: the `.cu` source it grades, its C
+entry points with their argument lists, the cases to run (seeded random inputs at edge and large
+sizes), a PyTorch reference per entry point, and optional rules, custom checks and a timing
+baseline. The spec never imports torch at module level: the pytest process that builds and
+schedules tasks stays light, and only the child process that runs a task pays for torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    import torch
+
+    from grader.context import RunContext
+
+DType = Literal["f32", "f16", "i32", "u32", "i64", "u8"]
+Role = Literal["in", "out", "inout"]
+
+# (atol, rtol) per dtype: tight enough that zeros, a pass-through or an fp16 round trip fail.
+DEFAULT_TOLERANCE: dict[str, tuple[float, float]] = {
+    "f32": (1e-5, 1e-5),
+    "f16": (1e-3, 1e-3),
+    "i32": (0.0, 0.0),
+    "u32": (0.0, 0.0),
+    "i64": (0.0, 0.0),
+    "u8": (0.0, 0.0),
+}
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A pointer argument: a device tensor, or a host array when `host` is true."""
+
+    name: str
+    dtype: DType
+    role: Role = "in"
+    host: bool = False
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """A by-value argument; `ctype` is one of i32, i64, u64, f32."""
+
+    name: str
+    ctype: Literal["i32", "i64", "u64", "f32"]
+
+
+Arg = Buffer | Scalar
+
+
+def In(name: str, dtype: DType = "f32") -> Buffer:  # noqa: N802 - reads like a declaration
+    return Buffer(name, dtype, "in")
+
+
+def Out(name: str, dtype: DType = "f32") -> Buffer:  # noqa: N802
+    return Buffer(name, dtype, "out")
+
+
+def InOut(name: str, dtype: DType = "f32") -> Buffer:  # noqa: N802
+    return Buffer(name, dtype, "inout")
+
+
+def HostIn(name: str, dtype: DType = "f32") -> Buffer:  # noqa: N802
+    return Buffer(name, dtype, "in", host=True)
+
+
+def HostOut(name: str, dtype: DType = "f32") -> Buffer:  # noqa: N802
+    return Buffer(name, dtype, "out", host=True)
+
+
+def Int(name: str) -> Scalar:  # noqa: N802
+    return Scalar(name, "i32")
+
+
+def Size(name: str) -> Scalar:  # noqa: N802
+    return Scalar(name, "u64")
+
+
+def Float(name: str) -> Scalar:  # noqa: N802
+    return Scalar(name, "f32")
+
+
+Values = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One C entry point: `symbol(args...)` returning cudaError_t.
+
+    reference(inputs) returns the expected value of every out/inout buffer, computed with torch on
+    clones of the inputs. baseline(inputs, outputs), if given, is the torch code timed against the
+    student's. bytes_moved/flops(inputs) turn a time into GB/s or GFLOP/s.
+    """
+
+    symbol: str
+    args: Sequence[Arg]
+    reference: Callable[[Values], Values]
+    baseline: Callable[[Values, Values], Any] | None = None
+    bytes_moved: Callable[[Values], float] | None = None
+    flops: Callable[[Values], float] | None = None
+
+    def buffers(self, role: Role | None = None) -> list[Buffer]:
+        return [a for a in self.args if isinstance(a, Buffer) and (role is None or a.role == role)]
+
+    @property
+    def host(self) -> bool:
+        return any(b.host for b in self.buffers())
+
+
+@dataclass(frozen=True)
+class Case:
+    """Named parameters for one run, e.g. Case("n=33", n=33)."""
+
+    label: str
+    params: dict[str, Any]
+    small: bool = True  # small cases are the ones the sanitizer runs
+
+    def __init__(self, label: str, small: bool | None = None, **params: Any) -> None:
+        object.__setattr__(self, "label", label)
+        object.__setattr__(self, "params", params)
+        size = 1
+        for v in params.values():
+            if isinstance(v, int):
+                size *= max(v, 1)
+        object.__setattr__(self, "small", size <= 1 << 16 if small is None else small)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A static rule on the source (comments stripped): `forbid` or `require` a regex."""
+
+    kind: Literal["forbid", "require"]
+    pattern: str
+    why: str
+
+
+@dataclass(frozen=True)
+class PerfTarget:
+    """Performance points: the metric of `entry` on the timing case must reach `target`.
+
+    metric is "share_of_copy" (achieved GB/s over the measured copy bandwidth), "speedup" (torch
+    time over student time) or "speedup_over:<symbol>" (another entry point's time over this one's).
+    """
+
+    entry: str
+    metric: str
+    target: float
+    points: float
+
+
+@dataclass
+class Task:
+    lab: str
+    number: str
+    title: str
+    source: str  # file name inside the lab folder, e.g. "01_vector_add.cu"
+    entries: Sequence[Entry]
+    cases: Sequence[Case]
+    make_inputs: Callable[[dict[str, Any], Rng], Values]
+    output_shapes: Callable[[Values], dict[str, tuple[int, ...]]]
+    tolerance: dict[str, tuple[float, float]] = field(default_factory=dict)
+    deterministic: bool = True
+    timing_case: str | None = None  # label of the case that is timed
+    rules: Sequence[Rule] = ()
+    checks: Sequence[Callable[[RunContext], None]] = ()  # custom checks, run before the cases
+    points: float = 10.0
+    perf: Sequence[PerfTarget] = ()
+    spec_file: str = ""  # filled in by the grader: where this spec was loaded from
+
+    @property
+    def task_id(self) -> str:
+        return f"{self.lab}/{self.number}"
+
+    def tol(self, dtype: str) -> tuple[float, float]:
+        return self.tolerance.get(dtype, DEFAULT_TOLERANCE[dtype])
+
+    def lab_dir(self) -> Path:
+        return Path(self.spec_file).resolve().parent.parent
+
+    def entry(self, symbol: str) -> Entry:
+        for e in self.entries:
+            if e.symbol == symbol:
+                return e
+        raise KeyError(symbol)
+
+
+class Rng:
+    """Seeded random inputs on one device; tasks use it instead of touching torch's global RNG."""
+
+    def __init__(self, seed: int, device: str) -> None:
+        import torch
+
+        self.device = device
+        self.gen = torch.Generator(device=device)
+        self.gen.manual_seed(seed)
+
+    def randn(self, *shape: int) -> torch.Tensor:
+        import torch
+
+        return torch.randn(*shape, generator=self.gen, device=self.device)
+
+    def uniform(self, *shape: int, low: float = -1.0, high: float = 1.0) -> torch.Tensor:
+        import torch
+
+        return torch.rand(*shape, generator=self.gen, device=self.device) * (high - low) + low
+
+    def integers(self, low: int, high: int, *shape: int, dtype: str = "i32") -> torch.Tensor:
+        import torch
+
+        t = {"i32": torch.int32, "i64": torch.int64, "u8": torch.uint8}[dtype]
+        return torch.randint(low, high, shape, generator=self.gen, device=self.device).to(t)
+
+    def scalar(self, low: float = -2.0, high: float = 2.0) -> float:
+        import torch
+
+        return float(torch.rand((), generator=self.gen, device=self.device) * (high - low) + low)
+
+
+def torch_dtype(dtype: str) -> torch.dtype:
+    import torch
+
+    return {
+        "f32": torch.float32,
+        "f16": torch.float16,
+        "i32": torch.int32,
+        "u32": torch.int32,  # torch has no full uint32 support: same bits, compared exactly
+        "i64": torch.int64,
+        "u8": torch.uint8,
+    }[dtype]

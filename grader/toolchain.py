@@ -1,0 +1,118 @@
+"""Finding nvcc, the GPU and the architecture to build for — without importing torch."""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_ARCH = "sm_90"  # what a CPU-only machine compiles for: the course's reference card
+
+
+class ToolchainError(RuntimeError):
+    """Something the grader needs is missing; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    compute_capability: str  # "9.0"
+    driver: str
+    memory_mib: int
+    sm_clock_mhz: str
+    mem_clock_mhz: str
+    max_sm_clock_mhz: str
+
+    @property
+    def arch(self) -> str:
+        return "sm_" + self.compute_capability.replace(".", "")
+
+
+@functools.cache
+def find_nvcc() -> Path:
+    candidates = [os.environ.get("NVCC"), shutil.which("nvcc")]
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home:
+            candidates.append(str(Path(home) / "bin" / "nvcc"))
+    for c in candidates:
+        if c and Path(c).is_file() and os.access(c, os.X_OK):
+            return Path(c)
+    raise ToolchainError(
+        "nvcc not found: install the CUDA toolkit (12.x or 13.x) and put its bin folder on PATH "
+        "(e.g. export PATH=/usr/local/cuda/bin:$PATH), or set CUDA_HOME or NVCC"
+    )
+
+
+@functools.cache
+def nvcc_version() -> str:
+    out = subprocess.run([str(find_nvcc()), "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"release (\d+\.\d+)", out)
+    return m.group(1) if m else "unknown"
+
+
+@functools.cache
+def nvcc_arches() -> frozenset[str]:
+    out = subprocess.run([str(find_nvcc()), "--list-gpu-code"], capture_output=True, text=True)
+    return frozenset(re.findall(r"sm_\d+[af]?", out.stdout))
+
+
+@functools.cache
+def gpus() -> tuple[Gpu, ...]:
+    """The GPUs nvidia-smi reports; none when GRADER_NO_GPU=1 or there is no driver."""
+    if os.environ.get("GRADER_NO_GPU") == "1" or not shutil.which("nvidia-smi"):
+        return ()
+    fields = "name,compute_cap,driver_version,memory.total,clocks.sm,clocks.mem,clocks.max.sm"
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=20,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    if out.returncode != 0:
+        return ()
+    found = []
+    for line in out.stdout.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 7:
+            mem = int(parts[3]) if parts[3].isdigit() else 0
+            found.append(Gpu(parts[0], parts[1], parts[2], mem, parts[4], parts[5], parts[6]))
+    return tuple(found)
+
+
+def has_gpu() -> bool:
+    return bool(gpus())
+
+
+def normalize_arch(text: str) -> str:
+    """'sm_80', '80', '8.0' and 'compute_80' all mean sm_80."""
+    t = text.strip().lower().replace("compute_", "").replace("sm_", "")
+    if re.fullmatch(r"\d\.\d", t):
+        t = t.replace(".", "")
+    if not re.fullmatch(r"\d{2,3}[af]?", t):
+        raise ToolchainError(f"GRADER_ARCH={text!r} is not an architecture: use e.g. sm_80 or sm_90")
+    return "sm_" + t
+
+
+def target_arch() -> str:
+    """GRADER_ARCH if set, else the first GPU's, else the course's reference card's."""
+    if os.environ.get("GRADER_ARCH"):
+        return normalize_arch(os.environ["GRADER_ARCH"])
+    found = gpus()
+    return found[0].arch if found else DEFAULT_ARCH
+
+
+def gencode_flags(arch: str) -> list[str]:
+    """SASS for the card plus PTX, so a newer card can still JIT the kernel."""
+    supported = nvcc_arches()
+    if supported and arch.rstrip("af") not in supported:
+        raise ToolchainError(
+            f"nvcc {nvcc_version()} cannot build for {arch} (it knows {', '.join(sorted(supported))}): "
+            f"install a CUDA toolkit that supports your GPU, or set GRADER_ARCH to one of those"
+        )
+    num = arch.removeprefix("sm_")
+    return [f"-gencode=arch=compute_{num},code=[sm_{num},compute_{num}]"]

@@ -1,0 +1,53 @@
+"""Checks for lab1/04_swap_pairs.cu: swap adjacent elements through shared memory."""
+
+from grader.spec import Case, Entry, In, Int, Out, Task
+from grader.static_checks import NO_LIBRARIES, uses_shared_memory, uses_syncthreads
+
+SIZES = [1, 2, 3, 31, 33, 255, 256, 257, 1000, 1001, (1 << 20) + 1, 1 << 26]
+
+
+def make_inputs(p, rng):
+    return {"in": rng.randn(p["n"]), "n": p["n"]}
+
+
+def reference(v):
+    x = v["in"]
+    out = x.clone()
+    m = (v["n"] // 2) * 2
+    out[:m] = x[:m].view(-1, 2).flip(1).reshape(-1)
+    return {"out": out}
+
+
+def baseline(v, o):
+    m = (v["n"] // 2) * 2
+    o["out"][:m].view(-1, 2).copy_(v["in"][:m].view(-1, 2).flip(1))
+
+
+TASK = Task(
+    lab="lab1",
+    number="04",
+    title="swap pairs (shared memory)",
+    source="04_swap_pairs.cu",
+    entries=[
+        Entry(
+            "swap_pairs",
+            [In("in"), Out("out"), Int("n")],
+            reference=reference,
+            baseline=baseline,
+            bytes_moved=lambda v: 8 * v["n"],
+        )
+    ],
+    cases=[Case(f"n={n}", n=n) for n in SIZES],
+    make_inputs=make_inputs,
+    output_shapes=lambda v: {"out": (v["n"],)},
+    timing_case=f"n={1 << 26}",
+    rules=[
+        NO_LIBRARIES,
+        uses_shared_memory("this task is about shared memory: stage the block's elements in a __shared__ tile"),
+        uses_syncthreads("threads read what other threads wrote to shared memory: that needs __syncthreads()"),
+    ],
+)
+
+
+def test_swap_pairs(grade):
+    grade(TASK)

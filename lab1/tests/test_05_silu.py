@@ -1,0 +1,84 @@
+"""Checks for lab1/05_silu.cu: SiLU on host buffers, with the student's own allocation, copies and
+error checking."""
+
+import numpy as np
+
+from grader.context import RunContext
+from grader.spec import Case, Entry, HostIn, HostOut, Rule, Size, Task
+from grader.static_checks import NO_LIBRARIES
+from grader.verdict import Verdict
+
+SIZES = [0, 1, 2, 31, 33, 1000, (1 << 20) + 3, 1 << 24]
+ARGS = [HostIn("x"), HostOut("y"), Size("n")]
+
+
+def make_inputs(p, rng):
+    return {"x": rng.randn(p["n"]) * 4, "n": p["n"]}
+
+
+def reference(v):
+    import torch
+
+    return {"y": torch.nn.functional.silu(v["x"].double())}
+
+
+def baseline(v, o):
+    import torch
+
+    o["y"].copy_(torch.nn.functional.silu(v["x"].cuda()).cpu())
+
+
+def impossible_size_returns_an_error(ctx: RunContext) -> None:
+    """An allocation that cannot succeed must come back as an error code, not a crash."""
+    silu = ctx.entry("silu")
+    tiny_x, tiny_y = np.zeros(1, np.float32), np.zeros(1, np.float32)
+    n = 1 << 42  # 16 TiB of floats: no GPU has that much memory
+    rc = silu({"x": tiny_x, "y": tiny_y, "n": n})
+    if rc == 0:
+        ctx.fail(f"silu(n={n}) returned cudaSuccess although no GPU can allocate {4 * n >> 40} TiB: check every "
+                 "runtime call with CUDA_CHECK and return its error", Verdict.WRONG)
+
+
+def no_device_memory_leak(ctx: RunContext) -> None:
+    """Repeated calls must give back what they allocate."""
+    import torch
+
+    silu = ctx.entry("silu")
+    n = 1 << 22
+    x, y = np.ones(n, np.float32), np.zeros(n, np.float32)
+    ctx.check_rc("silu", silu({"x": x, "y": y, "n": n}), f"n={n}")
+    torch.cuda.synchronize()
+    free_before, _ = torch.cuda.mem_get_info()
+    for _ in range(4):
+        ctx.check_rc("silu", silu({"x": x, "y": y, "n": n}), f"n={n}")
+    torch.cuda.synchronize()
+    free_after, _ = torch.cuda.mem_get_info()
+    lost = free_before - free_after
+    if lost >= 2 * 4 * n:
+        ctx.fail(f"device memory leaks: 4 calls with n={n} left {lost / 2**20:.0f} MiB allocated: cudaFree "
+                 "every buffer you cudaMalloc", Verdict.WRONG)
+
+
+TASK = Task(
+    lab="lab1",
+    number="05",
+    title="SiLU, host + device code",
+    source="05_silu.cu",
+    entries=[Entry("silu", ARGS, reference=reference, baseline=baseline, bytes_moved=lambda v: 8 * v["n"])],
+    cases=[Case(f"n={n}", n=n) for n in SIZES],
+    make_inputs=make_inputs,
+    output_shapes=lambda v: {"y": (v["n"],)},
+    timing_case=f"n={1 << 24}",
+    rules=[
+        NO_LIBRARIES,
+        Rule("require", r"cudaMalloc\s*\(", "allocate the device buffers yourself with cudaMalloc"),
+        Rule("require", r"cudaMemcpy\w*\s*\(", "move the data with cudaMemcpy"),
+        Rule("require", r"cudaFree\s*\(", "free what you allocate with cudaFree"),
+        Rule("require", r"<<<", "compute on the GPU: launch a kernel"),
+    ],
+    checks=[impossible_size_returns_an_error, no_device_memory_leak],
+)
+
+
+def test_silu(grade):
+    grade(TASK)
