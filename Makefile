@@ -1,0 +1,74 @@
+# CUDA course: `make help` lists the targets. Everything runs in .venv, made by ./setup.sh on first use.
+
+PY      := .venv/bin/python
+PYTEST  := $(PY) -m pytest
+LABS    := lab1 lab2 lab3 lab4 lab5
+TASK    ?=
+ARGS    ?=
+OUT     ?= grade-results
+DEST    ?=
+SOLUTIONS ?=
+
+# pytest options shared by the grading targets: short output, our own table at the end
+GRADE_OPTS := -q --no-header -p no:cacheprovider -rfEs $(if $(TASK),--task=$(TASK)) $(if $(SOLUTIONS),--solutions) $(ARGS)
+
+.DEFAULT_GOAL := help
+.PHONY: help setup $(addprefix test-,$(LABS)) check verify grade bench-lab1 sanitize-lab1 skeletons release lint clean
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_%-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@echo "  variables: TASK=NN (one task), SOLUTIONS=1 (grade the reference solutions), ARGS='...' (extra pytest options), OUT=dir, DEST=dir"
+
+$(PY): setup.sh requirements.txt
+	./setup.sh --quiet
+
+setup: ## (re)create .venv and print the environment check
+	./setup.sh
+
+# grades one lab: its task files if it has any yet, else a pointer to its README
+define grade_lab
+	@if ls $(1)/tests/test_[0-9][0-9]_*.py >/dev/null 2>&1; then \
+		$(PYTEST) $(1)/tests $(GRADE_OPTS); \
+	else echo "$(1) is coming next: see $(1)/README.md"; fi
+endef
+
+test-lab1: $(PY) ## grade lab 1 (CUDA basics); one task: make test-lab1 TASK=03
+	$(call grade_lab,lab1)
+test-lab2: $(PY) ## grade lab 2 (GPU performance)
+	$(call grade_lab,lab2)
+test-lab3: $(PY) ## grade lab 3 (CUDA libraries)
+	$(call grade_lab,lab3)
+test-lab4: $(PY) ## grade lab 4 (inference compiler, part 1)
+	$(call grade_lab,lab4)
+test-lab5: $(PY) ## grade lab 5 (inference compiler, part 2: LLaMA)
+	$(call grade_lab,lab5)
+
+check: $(PY) ## the course's own tests: pass on any machine, CPU-only included
+	$(PYTEST) grader/tests tests -q -p no:cacheprovider $(ARGS)
+
+verify: $(PY) ## instructors: every skeleton fails and every reference solution passes
+	$(PY) -m grader verify
+
+grade: $(PY) ## grade every lab into OUT=dir: results.json, junit.xml, summary.md
+	@mkdir -p $(OUT)
+	$(PYTEST) $(wildcard lab*/tests) $(GRADE_OPTS) --timing=bench --grade-dir=$(OUT) --junitxml=$(OUT)/junit.xml
+
+bench-lab1: $(PY) ## time lab 1 carefully (longer runs, benchmark targets)
+	$(PYTEST) lab1/tests $(GRADE_OPTS) --timing=bench
+
+sanitize-lab1: $(PY) ## run lab 1 under compute-sanitizer memcheck and racecheck (small sizes)
+	$(PYTEST) lab1/tests $(GRADE_OPTS) --sanitize
+
+skeletons: $(PY) ## regenerate the student files from labN/solutions/*.cu
+	$(PY) -m grader skeletons
+
+release: $(PY) ## export a student tree without solutions: make release DEST=../student-release
+	@test -n "$(DEST)" || { echo "usage: make release DEST=../student-release"; exit 2; }
+	$(PY) -m grader release $(DEST)
+
+lint: $(PY) ## ruff over the Python code
+	$(PY) -m ruff check grader tests lab*/tests
+
+clean: ## remove build outputs and caches (keeps .venv)
+	rm -rf .build grade-results .pytest_cache .ruff_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
