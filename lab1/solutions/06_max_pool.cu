@@ -23,17 +23,24 @@ constexpr int TILE = 16;  // output tile per block = threads per block in x and 
 // in (H, W) row-major -> out (H, W) row-major
 __global__ void max_pool_4x4_kernel(const float* __restrict__ in, float* __restrict__ out,
                                     int H, int W) {
-    // TODO(lab1/06) begin: fill __shared__ float tile[TILE + K - 1][TILE + K - 1] from the block's top-left corner (loops with stride TILE; -INFINITY outside the image); __syncthreads(); max over tile[ty + i][tx + j].
+    // TODO(lab1/06) begin: fill __shared__ float tile[TILE + K - 1][TILE + K - 1] from the block's top-left corner (each thread loads (ty, tx) plus the spots 16 right/below; -INFINITY outside the image); __syncthreads(); max over tile[ty + i][tx + j].
     __shared__ float tile[TILE + K - 1][TILE + K - 1];
     const int row0 = blockIdx.y * TILE;  // image position of tile[0][0]
     const int col0 = blockIdx.x * TILE;
 
-    // 19 x 19 values for 16 x 16 threads: the first 3 rows and columns of threads load twice.
-    for (int i = threadIdx.y; i < TILE + K - 1; i += TILE) {
-        for (int j = threadIdx.x; j < TILE + K - 1; j += TILE) {
-            int r = row0 + i, c = col0 + j;
-            // -INFINITY never wins a max, so clipped windows need no special case below.
-            tile[i][j] = (r < H && c < W) ? in[(size_t)r * W + c] : -INFINITY;
+    // 19 x 19 values for 16 x 16 threads: each thread loads tile[ty][tx] and, where they
+    // exist, the positions 16 to its right and/or below. The fixed trip counts (2 x 2) let
+    // the compiler unroll and issue those loads together instead of one after another.
+#pragma unroll
+    for (int di = 0; di < TILE + K - 1; di += TILE) {
+#pragma unroll
+        for (int dj = 0; dj < TILE + K - 1; dj += TILE) {
+            int i = threadIdx.y + di, j = threadIdx.x + dj;
+            if (i < TILE + K - 1 && j < TILE + K - 1) {
+                int r = row0 + i, c = col0 + j;
+                // -INFINITY never wins a max, so clipped windows need no special case below.
+                tile[i][j] = (r < H && c < W) ? in[(size_t)r * W + c] : -INFINITY;
+            }
         }
     }
     __syncthreads();

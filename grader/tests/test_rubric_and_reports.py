@@ -1,0 +1,37 @@
+import json
+
+from grader.report_files import markdown, write_json
+from grader.report_terminal import table
+from grader.rubric import score
+from grader.spec import PerfTarget, Task
+from grader.verdict import TaskResult, Timing, Verdict
+
+
+def task():
+    return Task("lab1", "03", "saxpy", "03_saxpy.cu", [], [], lambda p, r: {}, lambda v: {},
+                perf=[PerfTarget("saxpy", "share_of_copy", 0.8, 2)])
+
+
+def result(verdict, share):
+    t = Timing("saxpy", "n=1", 1.0, 0.9, 1.1, 0.8, 10, 1.2, 1.2, 2400.0, 3000.0, share)
+    return TaskResult("lab1", "03", "saxpy", "lab1/03_saxpy.cu", verdict, timings=[t])
+
+
+def test_performance_points_only_on_top_of_a_pass():
+    assert score(task(), result(Verdict.PASS, 0.9)) == (12, 12)
+    assert score(task(), result(Verdict.PASS, 0.5)) == (10, 12)
+    assert score(task(), result(Verdict.WRONG, 0.99)) == (0, 12)
+
+
+def test_reports(tmp_path):
+    r = result(Verdict.PASS, 0.9)
+    r.points, r.max_points = 12, 12
+    w = TaskResult("lab1", "04", "swap", "lab1/04.cu", Verdict.WRONG, "`out`: 1 of 2 wrong")
+    text = table([r, w])
+    assert "✓ pass" in text and "1.20×" in text and "90%" in text and "✗ wrong" in text
+    env = {"gpus": [], "nvcc": "13.0", "torch": "x", "arch": "sm_90"}
+    write_json(tmp_path / "r.json", [r, w], env)
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["total"] == {"points": 12, "max_points": 12} and doc["tasks"][1]["verdict"] == "wrong"
+    md = markdown([r, w], env)
+    assert "| lab1/03 saxpy | pass |" in md and "1 of 2 wrong" in md

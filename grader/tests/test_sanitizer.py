@@ -1,0 +1,32 @@
+from pathlib import Path
+
+from grader.sanitizer import parse
+
+RACE = """\
+========= COMPUTE-SANITIZER
+========= Error: Race reported between Write access at swap_pairs_kernel(const float *, float *, int)+0xb0 in /x/lab1/04_swap_pairs.cu:24
+=========     and Read access at swap_pairs_kernel(const float *, float *, int)+0xc0 in /x/lab1/04_swap_pairs.cu:27 [1024 hazards]
+=========
+========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
+"""
+
+MEMCHECK = """\
+========= Invalid __global__ write of size 4 bytes
+=========     at saxpy_kernel(int, float, const float *, const float *, float *)+0x70 in /x/lab1/03_saxpy.cu:17
+=========     by thread (255,0,0) in block (3,0,0)
+=========     Address 0x7f0000000400 is out of bounds
+=========     Saved host backtrace up to driver entry point at kernel launch time
+========= Invalid __global__ read of size 4 bytes
+=========     at at::native::some_torch_kernel()+0x70 in /torch/Loops.cuh:99
+"""
+
+
+def test_racecheck_finding_names_both_lines():
+    (f,) = parse("racecheck", RACE, Path("lab1/04_swap_pairs.cu"))
+    assert f.line == 24 and "line 27" in f.what and "1024 hazards" in f.detail
+
+
+def test_memcheck_keeps_only_the_task_source():
+    (f,) = parse("memcheck", MEMCHECK, Path("lab1/03_saxpy.cu"))
+    assert (f.line, f.what) == (17, "Invalid __global__ write of size 4 bytes")
+    assert "thread (255,0,0) of block (3,0,0)" in str(f)

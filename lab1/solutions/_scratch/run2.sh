@@ -1,1 +1,0 @@
-SMALL=1 compute-sanitizer --tool memcheck --leak-check full python3 lab1/solutions/_scratch/t.py /tmp/so 2>&1 | grep -E "^========= (Program hit|Invalid|Leaked|ERROR|LEAK)|ALL OK|FAIL" | sort | uniq -c

@@ -1,0 +1,28 @@
+// BROKEN ON PURPOSE (computes but never stores): the grader's own tests check it is caught.
+// Lab 1 · Task 01 — Vector add in one block
+//
+// Implement: vector_add_kernel (one thread per element) and its launch with one block.
+// Contract:  a, b, c are DEVICE float32 arrays of n elements; a and b are read-only, c is
+//            written; c does not overlap a or b. 1 <= n <= 1024 (one block can hold at most
+//            1024 threads; other n give cudaErrorInvalidConfiguration).
+//            Returns the launch error; does not synchronize.
+// Test:      make test-lab1 TASK=01
+
+#include "course.h"
+
+// a (n,), b (n,) -> c (n,)
+__global__ void vector_add_kernel(const float* __restrict__ a, const float* __restrict__ b,
+                                  float* __restrict__ c, int n) {
+    // TODO(lab1/01) begin: one thread per element: i = threadIdx.x; c[i] = a[i] + b[i]; guard i < n.
+    int i = threadIdx.x;
+    float sum = (i < n) ? a[i] + b[i] : 0.0f;
+    (void)sum;
+    // TODO(lab1/01) end
+}
+
+COURSE_API cudaError_t vector_add(const float* a, const float* b, float* c, int n) {
+    // TODO(lab1/01) begin: launch vector_add_kernel with 1 block of n threads.
+    vector_add_kernel<<<1, n>>>(a, b, c, n);
+    // TODO(lab1/01) end
+    return cudaGetLastError();
+}

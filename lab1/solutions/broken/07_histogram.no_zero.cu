@@ -1,0 +1,101 @@
+// BROKEN ON PURPOSE (forgets to zero the bins): the grader's own tests check that it is caught.
+// Lab 1 · Task 07 — Byte histogram: global vs. shared-memory atomics
+//
+// Implement: histogram_global_kernel (every count is an atomicAdd on global memory),
+//            histogram_shared_kernel (each block counts into its own shared-memory copy of
+//            the bins, then merges it into the global bins once), and in both host
+//            functions: zero the bins, then launch.
+// Contract:  data is a DEVICE array of n bytes (read-only; any alignment), 1 <= n <= 2^28.
+//            bins is a DEVICE array of 256 uint32 counters, written: on return
+//            (after synchronization) bins[v] = number of i with data[i] == v. Its old
+//            contents are ignored (both functions zero it first). Kernels run on the
+//            default stream; each function returns the first error met; does not synchronize.
+// Test:      make test-lab1 TASK=07
+
+#include "course.h"
+
+#include <algorithm>
+#include <cstdint>
+
+// [[maybe_unused]]: only code inside the TODO regions uses BINS.
+[[maybe_unused]] constexpr int BINS = 256;  // one per byte value
+constexpr int THREADS = 256;  // threads per block
+
+// data (n,) bytes -> bins (BINS,) counts; bins must be zero beforehand
+__global__ void histogram_global_kernel(const unsigned char* __restrict__ data, int n,
+                                        unsigned int* __restrict__ bins) {
+    // TODO(lab1/07) begin: grid-stride loop over i < n: atomicAdd(&bins[data[i]], 1u).
+    const int stride = gridDim.x * blockDim.x;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        atomicAdd(&bins[data[i]], 1u);
+    // TODO(lab1/07) end
+}
+
+// data (n,) bytes -> bins (BINS,) counts; bins must be zero beforehand
+__global__ void histogram_shared_kernel(const unsigned char* __restrict__ data, int n,
+                                        unsigned int* __restrict__ bins) {
+    // TODO(lab1/07) begin: zero __shared__ unsigned int local[BINS] together; __syncthreads(); grid-stride loop with atomicAdd on local; __syncthreads(); add each nonzero local bin to bins with atomicAdd.
+    __shared__ unsigned int local[BINS];
+    for (int b = threadIdx.x; b < BINS; b += blockDim.x) local[b] = 0;
+    __syncthreads();
+
+    const int tid = blockIdx.x * blockDim.x + threadIdx.x;
+    const int stride = gridDim.x * blockDim.x;  // >= 256 threads, more than the 2 x 15 odd bytes
+    // Read 16 bytes per load (uint4). Such loads need a 16-byte-aligned address, so split
+    // data into an unaligned head (< 16 bytes), an aligned body of whole uint4s, and a
+    // tail (< 16 bytes); head and tail get one thread per byte.
+    const int head = min(n, (int)((16 - ((uintptr_t)data & 15)) & 15));
+    const int vecs = (n - head) / 16;
+    const int tail = n - head - 16 * vecs;
+    const uint4* body = reinterpret_cast<const uint4*>(data + head);
+
+    if (tid < head) atomicAdd(&local[data[tid]], 1u);
+    for (int v = tid; v < vecs; v += stride) {
+        const uint4 q = body[v];
+        const unsigned int words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+#pragma unroll
+            for (int k = 0; k < 4; ++k) atomicAdd(&local[(words[w] >> (8 * k)) & 0xFF], 1u);
+        }
+    }
+    if (tid < tail) atomicAdd(&local[data[head + 16 * vecs + tid]], 1u);
+    __syncthreads();
+
+    // One global atomic per bin per block instead of one per byte.
+    for (int b = threadIdx.x; b < BINS; b += blockDim.x) {
+        if (local[b] != 0) atomicAdd(&bins[b], local[b]);
+    }
+    // TODO(lab1/07) end
+}
+
+// Blocks for n bytes: enough to cover n, but no more than 4 per SM; the grid-stride loops
+// do the rest, and fewer blocks mean fewer merges into the global bins.
+static cudaError_t grid_size(int n, int* blocks) {
+    static int sm_count = 0;  // a fixed property of the device: query it once, not per call
+    if (sm_count == 0) {
+        int device = 0;
+        CUDA_CHECK(cudaGetDevice(&device));
+        CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
+    }
+    *blocks = std::min((n + THREADS - 1) / THREADS, 4 * sm_count);
+    return cudaSuccess;
+}
+
+COURSE_API cudaError_t histogram_global(const unsigned char* data, int n, unsigned int* bins) {
+    int blocks = 0;
+    CUDA_CHECK(grid_size(n, &blocks));
+    // TODO(lab1/07) begin: zero bins with cudaMemsetAsync (in CUDA_CHECK), then launch histogram_global_kernel<<<blocks, THREADS>>>.
+    histogram_global_kernel<<<blocks, THREADS>>>(data, n, bins);
+    // TODO(lab1/07) end
+    return cudaGetLastError();
+}
+
+COURSE_API cudaError_t histogram_shared(const unsigned char* data, int n, unsigned int* bins) {
+    int blocks = 0;
+    CUDA_CHECK(grid_size(n, &blocks));
+    // TODO(lab1/07) begin: zero bins with cudaMemsetAsync (in CUDA_CHECK), then launch histogram_shared_kernel<<<blocks, THREADS>>>.
+    histogram_shared_kernel<<<blocks, THREADS>>>(data, n, bins);
+    // TODO(lab1/07) end
+    return cudaGetLastError();
+}
