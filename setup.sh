@@ -511,6 +511,8 @@ main() {
         link_ninja
     fi
     print_table
+    # A fresh timestamp a Makefile can depend on (.venv/bin/python is a symlink to an old binary).
+    if [[ $CHECK == 0 ]]; then touch "$VENV/.setup-stamp"; fi
 }
 
 main "$@"

@@ -2,8 +2,8 @@
 //
 // Implement: vector_add_kernel (one thread per element) and its launch with one block.
 // Contract:  a, b, c are DEVICE float32 arrays of n elements; a and b are read-only, c is
-//            written; c does not overlap a or b. 1 <= n <= 1024 (one block can hold at most
-//            1024 threads; other n give cudaErrorInvalidConfiguration).
+//            written; c does not overlap a or b. 1 <= n <= 1024 (one block holds at most
+//            1024 threads; for other n the launch fails and its error is returned).
 //            Returns the launch error; does not synchronize.
 // Test:      make test-lab1 TASK=01
 
