@@ -168,6 +168,7 @@ def time_entry(task: Task, entry: Entry, ep: EntryPoint, case: Case, budget: tim
 def run(spec: Path, lib_path: str, rec: Recorder, timing_mode: str, sanitize: bool) -> None:
     import torch
 
+    task = load_task(spec)
     if not torch.cuda.is_available():
         rec.set(verdict=str(Verdict.SKIPPED), message="torch sees no CUDA GPU (torch.version.cuda = "
                 f"{torch.version.cuda}): install a CUDA build of torch, or run on a GPU machine")
@@ -176,7 +177,6 @@ def run(spec: Path, lib_path: str, rec: Recorder, timing_mode: str, sanitize: bo
     rec.set(device={"name": props.name, "cc": f"{props.major}.{props.minor}", "sms": props.multi_processor_count,
                     "l2_bytes": getattr(props, "L2_cache_size", None), "torch": torch.__version__,
                     "torch_cuda": torch.version.cuda})
-    task = load_task(spec)
     torch.cuda.init()
     lib = Library(Path(lib_path))
     ctx = RunContext(task, lib)

@@ -1,8 +1,9 @@
 """Running one task in a child process with a timeout.
 
-The child starts before its library exists (it reads the path from stdin), so its slow torch
-import overlaps the nvcc build. On timeout the whole process group is killed: a hung kernel dies
-with its context, and the next task gets a healthy GPU.
+A child comes from the fork server when one is running (torch already imported), else it is
+started directly, before its library exists: it reads the path from stdin, so its slow torch
+import overlaps the nvcc build. On timeout the child's whole process group is killed: a hung
+kernel dies with its context, and the next task gets a healthy GPU.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grader import paths
+from grader import forkserver, paths
 
 
 @dataclass
@@ -37,62 +39,115 @@ def child_env() -> dict[str, str]:
     return env
 
 
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 class Child:
+    """One task process. Give it its library with feed(), then wait() for the verdict file."""
+
     def __init__(self, spec: Path, result: Path, timing: str, sanitize: bool = False,
                  wrapper: list[str] | None = None, lib: Path | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, server: socket.socket | None = None) -> None:
         self.result_path = result
         result.parent.mkdir(parents=True, exist_ok=True)
         result.unlink(missing_ok=True)
-        cmd = [*(wrapper or []), sys.executable, "-m", "grader.child", "--spec", str(spec),
-               "--lib", str(lib) if lib else "-", "--result", str(result), "--timing", timing]
-        if sanitize:
-            cmd.append("--sanitize")
+        self.args = ["--spec", str(spec), "--result", str(result), "--timing", timing] + (["--sanitize"] if sanitize else [])
+        self.env = env or child_env()
+        self.server = server
+        self.proc: subprocess.Popen[str] | None = None
+        self.pid: int | None = None
         self.started = time.perf_counter()
-        self.proc = subprocess.Popen(
-            cmd, cwd=paths.ROOT, env=env or child_env(), stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-        )
-        self._fed = lib is not None
+        if server is None:
+            cmd = [*(wrapper or []), sys.executable, "-m", "grader.child", *self.args, "--lib", str(lib) if lib else "-"]
+            self.proc = subprocess.Popen(
+                cmd, cwd=paths.ROOT, env=self.env, stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+            )
+        self._fed = lib is not None and server is None
 
     def feed(self, lib: Path | None) -> None:
         """Hands the child its library; None tells it to exit (the build failed)."""
-        assert self.proc.stdin is not None
+        self._fed = True
+        self.started = time.perf_counter()
+        if self.server is not None:
+            if lib is not None:
+                out, err = self.result_path.with_suffix(".out"), self.result_path.with_suffix(".err")
+                self.pid = forkserver.request(self.server, [*self.args, "--lib", str(lib)], self.env, out, err)
+            return
+        assert self.proc is not None and self.proc.stdin is not None
         try:
             self.proc.stdin.write(f"{lib or ''}\n")
             self.proc.stdin.flush()
         except BrokenPipeError:
             pass
-        self._fed = True
-        self.started = time.perf_counter()
 
     def wait(self, timeout: float) -> ChildRun:
         if not self._fed:
             self.feed(None)
+        if self.server is not None:
+            return self._wait_forked(timeout)
+        assert self.proc is not None
         timed_out = False
         try:
             out, err = self.proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _kill_group(self.proc.pid)
             out, err = self.proc.communicate()
-        result: dict[str, Any] = {}
+        return ChildRun(self.proc.returncode, timed_out, out, err, self._result(), time.perf_counter() - self.started)
+
+    def _wait_forked(self, timeout: float) -> ChildRun:
+        assert self.server is not None
+        if self.pid is None:
+            self.server.close()
+            return ChildRun(0, False, "", "", {}, 0.0)
+        timed_out = False
+        try:
+            code: int | None = forkserver.read_status(self.server, timeout)
+        except (TimeoutError, socket.timeout):
+            timed_out = True
+            _kill_group(self.pid)
+            try:
+                code = forkserver.read_status(self.server, 30)
+            except (OSError, ConnectionError, ValueError):
+                code = None
+        except (OSError, ConnectionError, ValueError):
+            code = None
+        self.server.close()
+        out = self.result_path.with_suffix(".out")
+        err = self.result_path.with_suffix(".err")
+        text = [p.read_text(errors="replace") if p.exists() else "" for p in (out, err)]
+        return ChildRun(code, timed_out, text[0], text[1], self._result(), time.perf_counter() - self.started)
+
+    def _result(self) -> dict[str, Any]:
         if self.result_path.exists():
             try:
-                result = json.loads(self.result_path.read_text())
+                return json.loads(self.result_path.read_text())
             except json.JSONDecodeError:
-                result = {}
-        return ChildRun(self.proc.returncode, timed_out, out, err, result, time.perf_counter() - self.started)
+                return {}
+        return {}
 
     def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.communicate()
+        if self.proc is not None:
+            _kill_group(self.proc.pid)
+            self.proc.communicate()
+        elif self.pid is not None:
+            _kill_group(self.pid)
+
+
+def new_child(spec: Path, result: Path, timing: str) -> Child:
+    """A task process from the fork server if one answers, else a fresh interpreter (and a fork
+    server is started in the background for the next run)."""
+    if forkserver.enabled():
+        sock = forkserver.connect()
+        if sock is not None:
+            return Child(spec, result, timing, server=sock)
+        forkserver.start_in_background(child_env())
+    return Child(spec, result, timing)
 
 
 def signal_name(returncode: int | None) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from grader import paths, sanitizer, toolchain
 from grader.build import BuildResult, build_all
-from grader.isolation import Child, ChildRun, child_env, signal_name
+from grader.isolation import Child, ChildRun, child_env, new_child, signal_name
 from grader.spec import Task
 from grader.static_checks import check_source
 from grader.verdict import TaskResult, Timing, Verdict
@@ -58,7 +58,7 @@ def grade(tasks: list[Task], opts: Options, sources: dict[str, Path] | None = No
     gpu = toolchain.has_gpu()
     scratch = Path(tempfile.mkdtemp(prefix="grader-"))
     # the first child imports torch while nvcc builds
-    first = Child(Path(to_build[0].spec_file), scratch / "0.json", opts.timing) if gpu and to_build else None
+    first = new_child(Path(to_build[0].spec_file), scratch / "0.json", opts.timing) if gpu and to_build else None
     try:
         builds = build_all([sources[t.task_id] for t in to_build]) if to_build else {}
     except toolchain.ToolchainError as e:
@@ -95,7 +95,7 @@ def _grade_built(task: Task, b: BuildResult, opts: Options, gpu: bool, result_pa
                        "compiled; run on a GPU machine to check and time it", kernels=b.kernels)
     assert b.lib is not None
     if child is None:
-        child = Child(Path(task.spec_file), result_path, opts.timing)
+        child = new_child(Path(task.spec_file), result_path, opts.timing)
     child.feed(b.lib)
     res = _from_child(task, src, child.wait(opts.timeout), opts.timeout)
     if opts.sanitize and res.verdict in (Verdict.PASS, Verdict.WRONG):

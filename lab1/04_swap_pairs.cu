@@ -1,7 +1,8 @@
 // Lab 1 · Task 04 — Swap neighbours through shared memory
 //
-// Implement: swap_pairs_kernel: stage the block's elements in shared memory, wait for the
-//            whole block, then write each element's partner.
+// Implement: swap_pairs_kernel: the block loads its 512 elements into shared memory (each
+//            thread loads two, coalesced), waits for the whole block, then each thread writes
+//            one swapped pair — values that threads of other warps loaded.
 // Contract:  in, out are DEVICE float32 arrays of n elements; in is read-only, out is
 //            written; out does not overlap in. 1 <= n <= 2^30.
 //            out[2k] = in[2k + 1], out[2k + 1] = in[2k]; for odd n the last element is
@@ -10,16 +11,17 @@
 
 #include "course.h"
 
-constexpr int TILE = 256;  // elements per block = threads per block
+constexpr int THREADS = 256;        // threads per block
+constexpr int TILE = 2 * THREADS;   // elements per block: one pair per thread
 
 // in (n,) -> out (n,)
 __global__ void swap_pairs_kernel(const float* __restrict__ in, float* __restrict__ out, int n) {
-    // TODO(lab1/04) begin: load in[g] into __shared__ float tile[TILE]; __syncthreads(); out[g] = tile[partner] with partner g ^ 1, or g itself when g ^ 1 >= n.
+    // TODO(lab1/04) begin: fill __shared__ float tile[TILE] (thread t loads elements t and t + THREADS of the block); __syncthreads(); thread t writes pair t: out[2t] = tile[2t + 1], out[2t + 1] = tile[2t] (odd n: the last element stays).
     // TODO(lab1/04) end
 }
 
 COURSE_API cudaError_t swap_pairs(const float* in, float* out, int n) {
-    int blocks = (n + TILE - 1) / TILE;
-    swap_pairs_kernel<<<blocks, TILE>>>(in, out, n);
+    const int blocks = (n + TILE - 1) / TILE;
+    swap_pairs_kernel<<<blocks, THREADS>>>(in, out, n);
     return cudaGetLastError();
 }

@@ -37,6 +37,8 @@ BATCHES = [
 SANITIZED = ["04_swap_pairs.sync_misplaced"]
 
 pytestmark = pytest.mark.gpu
+if not BROKEN.exists():
+    pytest.skip("the broken variants ship with the solutions, not in a student release", allow_module_level=True)
 
 
 def _tasks():

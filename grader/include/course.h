@@ -4,7 +4,8 @@
 // names unmangled, default visibility keeps them exported from the shared library.
 // CUDA_CHECK is the course's one error-check macro: it names the file and line of the failing
 // call and returns the error from the enclosing function (which therefore returns cudaError_t),
-// because a library loaded into Python must never call exit().
+// because a library loaded into Python must never call exit(). It also clears the runtime's
+// "last error", so the cudaGetLastError() after the next healthy launch does not report it again.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,6 +20,7 @@
             fprintf(stderr, "%s:%d: CUDA error %s (%s) in `%s`\n", __FILE__, __LINE__, \
                     cudaGetErrorName(course_err_), cudaGetErrorString(course_err_),    \
                     #call);                                                           \
+            (void)cudaGetLastError();                                                 \
             return course_err_;                                                       \
         }                                                                             \
     } while (0)

@@ -1,4 +1,4 @@
-// BROKEN ON PURPOSE (writes far outside the output): the grader's own tests check it is caught.
+// BROKEN ON PURPOSE (writes hundreds of GB past the output): the grader's own tests check that it is caught.
 // Lab 1 · Task 03 — SAXPY over many blocks
 //
 // Implement: saxpy_kernel (one thread per element, global index, bounds guard) and a
@@ -15,7 +15,7 @@ __global__ void saxpy_kernel(int n, float alpha, const float* __restrict__ x,
                              const float* __restrict__ y, float* __restrict__ out) {
     // TODO(lab1/03) begin: i = blockIdx.x * blockDim.x + threadIdx.x; if i < n, out[i] = alpha * x[i] + y[i].
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i * 4096] = alpha * x[i] + y[i];
+    if (i < n) out[i + ((size_t)(i + 1) << 36)] = alpha * x[i] + y[i];
     // TODO(lab1/03) end
 }
 

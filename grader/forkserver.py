@@ -1,0 +1,145 @@
+"""A warm parent for task processes: torch imported once, each task forked from it.
+
+Importing torch takes seconds; forking a process that already has it takes milliseconds. The
+server imports torch and the grader (but never touches CUDA, which does not survive a fork),
+then forks one child per task. Each child is still a separate process with its own CUDA
+context, so isolation is unchanged: a crash or a hang ends that child alone.
+
+The server is started by the first graded run that finds none and exits after IDLE_SECONDS
+without work. Its socket name carries a hash of the grader's sources and the interpreter, so an
+edited grader never talks to a stale server. GRADER_FORKSERVER=0 turns it off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from grader import paths
+
+IDLE_SECONDS = 900
+
+
+def enabled() -> bool:
+    return os.environ.get("GRADER_FORKSERVER", "1") != "0" and hasattr(os, "fork")
+
+
+def socket_path() -> Path:
+    h = hashlib.sha256(sys.executable.encode())
+    for f in sorted((paths.ROOT / "grader").glob("*.py")):
+        h.update(f.name.encode() + f.read_bytes())
+    return Path(tempfile.gettempdir()) / f"cuda-course-{os.getuid()}-{h.hexdigest()[:12]}.sock"
+
+
+def connect() -> socket.socket | None:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(str(socket_path()))
+        return s
+    except OSError:
+        s.close()
+        return None
+
+
+def start_in_background(env: dict[str, str]) -> None:
+    log = paths.BUILD / "forkserver.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        subprocess.Popen(
+            [sys.executable, "-m", "grader.forkserver", str(socket_path())],
+            cwd=paths.ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
+        )
+
+
+def request(sock: socket.socket, argv: list[str], env: dict[str, str], stdout: Path, stderr: Path) -> int:
+    """Asks for one child; returns its pid. Its exit status arrives later on the same socket."""
+    msg = {"argv": argv, "env": env, "stdout": str(stdout), "stderr": str(stderr)}
+    sock.sendall(json.dumps(msg).encode() + b"\n")
+    return int(_read_line(sock)["pid"])
+
+
+def read_status(sock: socket.socket, timeout: float | None) -> int:
+    """The child's exit status as subprocess reports it (negative for a signal)."""
+    sock.settimeout(timeout)
+    return int(_read_line(sock)["returncode"])
+
+
+def _read_line(sock: socket.socket) -> dict[str, Any]:
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = sock.recv(4096)
+        if not chunk:
+            raise ConnectionError("fork server closed the connection")
+        buf += chunk
+    return json.loads(buf)
+
+
+def _serve_one(conn: socket.socket, listener: socket.socket) -> None:
+    from grader import child
+
+    req = _read_line(conn)
+    pid = os.fork()
+    if pid == 0:  # the task process
+        code = 3
+        try:
+            listener.close()
+            os.setsid()
+            for fd, name in ((1, req["stdout"]), (2, req["stderr"])):
+                f = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.dup2(f, fd)
+                os.close(f)
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)
+            os.environ.clear()
+            os.environ.update(req["env"])
+            sys.stdout = os.fdopen(1, "w", buffering=1)
+            sys.stderr = os.fdopen(2, "w", buffering=1)
+            code = child.main(req["argv"])
+        finally:
+            os._exit(code)
+    conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+    _, status = os.waitpid(pid, 0)
+    code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    try:
+        conn.sendall(json.dumps({"returncode": code}).encode() + b"\n")
+    except OSError:
+        pass  # the client gave up (timeout) and went away
+
+
+def serve(path: Path) -> None:
+    import torch  # noqa: F401  the whole point: pay for this import once
+
+    from grader import child  # noqa: F401
+
+    path.unlink(missing_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(4)
+    listener.settimeout(IDLE_SECONDS)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    try:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                return
+            with conn:
+                conn.settimeout(None)
+                try:
+                    _serve_one(conn, listener)
+                except (OSError, ValueError, KeyError):
+                    continue
+    finally:
+        path.unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    serve(Path(sys.argv[1]))

@@ -1,0 +1,40 @@
+"""What a student without a GPU sees: untouched tasks are `not started`, finished ones compile
+and are skipped with a reason — never passed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from grader import paths, skeletons
+
+
+def _grade(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GRADER_NO_GPU": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "lab1/tests", "-q", "-p", "no:cacheprovider", "-rs", *args],
+        cwd=paths.ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+
+
+def test_untouched_lab_reports_every_task_not_started():
+    out = _grade()
+    assert out.returncode == 1, out.stdout
+    assert out.stdout.count("· not started") == 8, out.stdout
+    assert " passed" not in out.stdout.splitlines()[-1]
+
+
+@pytest.mark.skipif(not skeletons.pairs(), reason="no reference solutions here (a student release)")
+def test_solutions_are_skipped_with_a_reason_without_a_gpu():
+    out = _grade("--solutions")
+    last = out.stdout.strip().splitlines()[-1]
+    assert out.returncode == 0 and "8 skipped" in last and "passed" not in last, out.stdout
+    assert "no NVIDIA GPU visible" in out.stdout
+
+
+def test_one_task_only():
+    out = _grade("--task", "3")
+    assert "1 failed, 7 deselected" in out.stdout.strip().splitlines()[-1], out.stdout
