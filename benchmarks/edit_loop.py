@@ -1,0 +1,112 @@
+"""How long a student waits: edit one lab 1 task, re-run its test, read the verdict.
+
+Measured in one run, on one GPU: the grader's edit-and-retest loop (warm: fork server up, the
+other tasks cached), the same kernel rebuilt through torch.utils.cpp_extension.load_inline after
+the same edit (the usual alternative), and grading all of lab 1 from a cold build cache.
+
+    python benchmarks/edit_loop.py          (or: make bench-grader)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from grader import forkserver, paths  # noqa: E402
+
+TASK_FILE = ROOT / "lab1" / "solutions" / "01_vector_add.cu"
+REPEATS = 3
+
+INLINE_DRIVER = r'''
+import sys, time, torch
+from torch.utils.cpp_extension import load_inline
+src, build, include = sys.argv[1], sys.argv[2], sys.argv[3]
+wrapper = """
+#include <torch/extension.h>
+torch::Tensor run(torch::Tensor a, torch::Tensor b) {
+    auto c = torch::empty_like(a);
+    vector_add(a.data_ptr<float>(), b.data_ptr<float>(), c.data_ptr<float>(), (int)a.numel());
+    return c;
+}
+"""
+mod = load_inline("edit_loop_vector_add", cpp_sources="torch::Tensor run(torch::Tensor a, torch::Tensor b);",
+                  cuda_sources=open(src).read() + wrapper, functions=["run"], build_directory=build,
+                  extra_include_paths=[include], extra_cuda_cflags=["-O3", "-lineinfo"])
+a, b = torch.randn(1000, device="cuda"), torch.randn(1000, device="cuda")
+assert torch.allclose(mod.run(a, b), a + b)
+print("ok")
+'''
+
+
+def run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
+    t = time.perf_counter()
+    out = subprocess.run(cmd, cwd=ROOT, env=env or dict(os.environ), capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"command failed: {' '.join(cmd)}\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+    return time.perf_counter() - t, out.stdout
+
+
+def grade_task_01() -> float:
+    dt, out = run([sys.executable, "-m", "pytest", "lab1/tests", "-q", "-p", "no:cacheprovider", "--solutions",
+                   "--task", "01", "--timing", "off"])
+    assert "1 passed" in out, out
+    return dt
+
+
+def main() -> int:
+    original = TASK_FILE.read_text()
+    results: dict[str, float | list[float]] = {}
+    try:
+        grade_task_01()  # builds, and starts the fork server in the background
+        deadline = time.time() + 60
+        while forkserver.connect() is None and time.time() < deadline:
+            time.sleep(0.5)
+        grade_task_01()
+        edited = []
+        for k in range(REPEATS):
+            TASK_FILE.write_text(original + f"// edit {k} {time.time_ns()}\n")
+            edited.append(grade_task_01())
+        results["grader_edit_s"] = edited
+        results["grader_unchanged_s"] = grade_task_01()
+
+        build = Path(tempfile.mkdtemp(prefix="inline-"))
+        src = build / "task.cu"
+        driver = [sys.executable, "-c", INLINE_DRIVER, str(src), str(build), str(paths.INCLUDE)]
+        env = {**os.environ, "TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST", "9.0")}
+        src.write_text(original)
+        results["load_inline_first_build_s"] = run(driver, env)[0]
+        inline = []
+        for k in range(REPEATS):
+            src.write_text(original + f"// edit {k} {time.time_ns()}\n")
+            inline.append(run(driver, env)[0])
+        results["load_inline_edit_s"] = inline
+        shutil.rmtree(build, ignore_errors=True)
+    finally:
+        TASK_FILE.write_text(original)
+
+    shutil.rmtree(paths.BUILD / "lab1", ignore_errors=True)
+    cold_env = {**os.environ, "GRADER_FORKSERVER": "0"}
+    results["lab1_cold_s"] = run([sys.executable, "-m", "pytest", "lab1/tests", "-q", "-p", "no:cacheprovider",
+                                  "--solutions"], cold_env)[0]
+
+    g = statistics.median(results["grader_edit_s"])  # type: ignore[arg-type]
+    i = statistics.median(results["load_inline_edit_s"])  # type: ignore[arg-type]
+    print(json.dumps(results, indent=2))
+    print(f"edit + re-test one task (median of {REPEATS}): grader {g:.2f} s, load_inline {i:.2f} s "
+          f"({i / g:.1f}x slower); first load_inline build {results['load_inline_first_build_s']:.1f} s")
+    print(f"grade all of lab 1 from a cold cache (no fork server): {results['lab1_cold_s']:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
