@@ -72,6 +72,8 @@ def _pattern_1d(bad: torch.Tensor) -> str | None:
     n = bad.numel()
     idx = bad.nonzero().flatten()
     first, last, count = int(idx[0]), int(idx[-1]), idx.numel()
+    if count == 1:
+        return f"a single element (index {first}) of {n}"
     if count == last - first + 1 and last == n - 1:
         if first == 0:
             return "every element is wrong"
@@ -87,8 +89,6 @@ def _pattern_1d(bad: torch.Tensor) -> str | None:
         residues = (idx % p).unique()
         if residues.numel() == 1 and count >= max(2, (n // p) // 2):
             return f"every {p}th element (indices ≡ {int(residues[0])} mod {p}): a stride or index-scaling error"
-    if count == 1:
-        return f"a single element (index {first})"
     return None
 
 

@@ -145,5 +145,9 @@ def _sanitize(task: Task, b: BuildResult, opts: Options, result_path: Path) -> l
         child = Child(Path(task.spec_file), result_path, "off", sanitize=True,
                       wrapper=sanitizer.wrapper(tool), lib=b.lib, env=env)
         run = child.wait(opts.timeout * 4)
-        findings += sanitizer.parse(tool, run.stdout + run.stderr, b.source)
+        report = run.stdout + run.stderr
+        log = paths.BUILD / "sanitizer" / f"{task.lab}-{task.number}.{tool}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(report)  # the whole report, for whoever wants more than the summary
+        findings += sanitizer.parse(tool, report, b.source)
     return findings
