@@ -51,9 +51,9 @@ check: $(STAMP) ## the course's own tests: pass on any machine, CPU-only include
 verify: $(STAMP) ## instructors: every skeleton fails and every reference solution passes
 	$(PY) -m grader verify
 
-grade: $(STAMP) ## grade every lab into OUT=dir: results.json, junit.xml, summary.md
+grade: $(STAMP) ## grade every lab (benchmark timing + sanitizer) into OUT=dir: results.json, junit.xml, summary.md
 	@mkdir -p $(OUT)
-	$(PYTEST) $(wildcard lab*/tests) $(GRADE_OPTS) --timing=bench --grade-dir=$(OUT) --junitxml=$(OUT)/junit.xml
+	$(PYTEST) $(wildcard lab*/tests) $(GRADE_OPTS) --timing=bench --sanitize --grade-dir=$(OUT) --junitxml=$(OUT)/junit.xml -o junit_family=xunit1
 
 bench-lab1: $(STAMP) ## time lab 1 carefully (longer runs, benchmark targets)
 	$(PYTEST) lab1/tests $(GRADE_OPTS) --timing=bench
@@ -72,7 +72,7 @@ release: $(STAMP) ## export a student tree without solutions: make release DEST=
 	$(PY) -m grader release $(DEST)
 
 lint: $(STAMP) ## ruff over the Python code
-	$(PY) -m ruff check grader tests lab*/tests
+	$(PY) -m ruff check grader tests benchmarks lab*/tests
 
 clean: ## remove build outputs and caches (keeps .venv)
 	rm -rf .build grade-results .pytest_cache .ruff_cache

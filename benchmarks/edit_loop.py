@@ -57,8 +57,22 @@ def run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
 
 
 def grade_task_01() -> float:
-    dt, out = run([sys.executable, "-m", "pytest", "lab1/tests", "-q", "-p", "no:cacheprovider", "--solutions",
-                   "--task", "01", "--timing", "off"])
+    dt, out = run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "lab1/tests",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--solutions",
+            "--task",
+            "01",
+            "--timing",
+            "off",
+        ]
+    )
     assert "1 passed" in out, out
     return dt
 
@@ -96,14 +110,17 @@ def main() -> int:
 
     shutil.rmtree(paths.BUILD / "lab1", ignore_errors=True)
     cold_env = {**os.environ, "GRADER_FORKSERVER": "0"}
-    results["lab1_cold_s"] = run([sys.executable, "-m", "pytest", "lab1/tests", "-q", "-p", "no:cacheprovider",
-                                  "--solutions"], cold_env)[0]
+    results["lab1_cold_s"] = run(
+        [sys.executable, "-m", "pytest", "lab1/tests", "-q", "-p", "no:cacheprovider", "--solutions"], cold_env
+    )[0]
 
     g = statistics.median(results["grader_edit_s"])  # type: ignore[arg-type]
     i = statistics.median(results["load_inline_edit_s"])  # type: ignore[arg-type]
     print(json.dumps(results, indent=2))
-    print(f"edit + re-test one task (median of {REPEATS}): grader {g:.2f} s, load_inline {i:.2f} s "
-          f"({i / g:.1f}x slower); first load_inline build {results['load_inline_first_build_s']:.1f} s")
+    print(
+        f"edit + re-test one task (median of {REPEATS}): grader {g:.2f} s, load_inline {i:.2f} s "
+        f"({i / g:.1f}x slower); first load_inline build {results['load_inline_first_build_s']:.1f} s"
+    )
     print(f"grade all of lab 1 from a cold cache (no fork server): {results['lab1_cold_s']:.1f} s")
     return 0
 

@@ -55,7 +55,7 @@ def _digest(source: Path, arch: str) -> str:
     h.update(source.read_bytes())
     for header in sorted(paths.INCLUDE.glob("*.h")):
         h.update(header.read_bytes())
-    h.update(" ".join(FLAGS + [arch, toolchain.nvcc_version()]).encode())
+    h.update(" ".join([*FLAGS, arch, toolchain.nvcc_version()]).encode())
     return h.hexdigest()[:16]
 
 
@@ -68,7 +68,7 @@ def output_for(source: Path, arch: str) -> Path:
 def first_error(log: str) -> str:
     """The first compiler error with its location and the two lines nvcc prints under it."""
     lines = log.splitlines()
-    for i, line in enumerate(lines):
+    for line in lines:
         if re.search(r"\berror\b", line, re.I) and not line.startswith("ptxas info"):
             m = re.match(r"(?P<file>[^\s(]+)\((?P<line>\d+)\): (?P<msg>.*)", line)
             if not m:
@@ -121,8 +121,13 @@ def build_all(sources: list[Path], arch: str | None = None, jobs: int | None = N
             log = log_path.read_text() if log_path.exists() else ""
             ok = out.exists()
             results[src] = BuildResult(
-                src, ok, out if ok else None, log,
-                error="" if ok else first_error(log), kernels=parse_ptxas(log) if ok else [], seconds=elapsed,
+                src,
+                ok,
+                out if ok else None,
+                log,
+                error="" if ok else first_error(log),
+                kernels=parse_ptxas(log) if ok else [],
+                seconds=elapsed,
             )
     return results
 
@@ -135,7 +140,10 @@ def _run_builds(todo: list[tuple[Path, Path]], arch: str, jobs: int | None) -> N
         tmp = out.with_suffix(".tmp.so")
         nvcc = shlex.join(nvcc_command(src, tmp, arch))
         # the library appears only once nvcc succeeded, so a half-written one is never loaded
-        commands.append(f"{nvcc} > {shlex.quote(str(out.with_suffix('.log')))} 2>&1 && mv {shlex.quote(str(tmp))} {shlex.quote(str(out))}")
+        commands.append(
+            f"{nvcc} > {shlex.quote(str(out.with_suffix('.log')))} 2>&1"
+            f" && mv {shlex.quote(str(tmp))} {shlex.quote(str(out))}"
+        )
     ninja = _ninja()
     if ninja is None or len(commands) == 1:
         for cmd in commands:
@@ -150,7 +158,10 @@ def _run_builds(todo: list[tuple[Path, Path]], arch: str, jobs: int | None) -> N
     try:
         subprocess.run(
             [ninja, "-f", str(build_file), "-k", "0", "-j", str(jobs or os.cpu_count() or 2)],
-            cwd=paths.BUILD, capture_output=True, text=True, check=False,
+            cwd=paths.BUILD,
+            capture_output=True,
+            text=True,
+            check=False,
         )
     finally:
         build_file.unlink(missing_ok=True)

@@ -60,8 +60,10 @@ def calibrate(task: Task) -> list[str]:
                 ref = expected[out.name].reshape(shapes[out.name])
                 exact = ref.to(torch_dtype(out.dtype))
                 if judge(out.name, exact, ref, atol, rtol, None) is not None:
-                    problems.append(f"{task.task_id} {entry.symbol} {case.label}: the reference, stored as "
-                                    f"{out.dtype}, fails its own tolerance")
+                    problems.append(
+                        f"{task.task_id} {entry.symbol} {case.label}: the reference, stored as "
+                        f"{out.dtype}, fails its own tolerance"
+                    )
                 for kind, value in fakes(entry, inputs, out, ref, shapes[out.name]).items():
                     key = (out.name, kind)
                     if value.numel() and judge(out.name, value, ref, atol, rtol, None) is not None:

@@ -46,7 +46,10 @@ def cuda_failure(e: BaseException, where: str) -> CheckFailure:
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     hint = ""
     if "illegal memory access" in first or "illegal address" in first:
-        hint = ": a thread read or wrote outside its buffer — check the bounds guard and the index math; `make sanitize-lab1` names the line"
+        hint = (
+            ": a thread read or wrote outside its buffer — check the bounds guard and the index math;"
+            " `make sanitize-lab1` names the line"
+        )
     elif "no kernel image" in first:
         hint = ": the library was built for another architecture than this GPU's — unset GRADER_ARCH"
     elif "misaligned" in first:
@@ -54,7 +57,9 @@ def cuda_failure(e: BaseException, where: str) -> CheckFailure:
     return CheckFailure(Verdict.CRASH, f"{first} during {where}{hint}")
 
 
-def prepare(task: Task, entry: Entry, inputs: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> tuple[dict[str, Any], dict[str, Guarded]]:
+def prepare(
+    task: Task, entry: Entry, inputs: dict[str, Any], shapes: dict[str, tuple[int, ...]]
+) -> tuple[dict[str, Any], dict[str, Guarded]]:
     """The argument values for one call: inputs as given, outputs freshly guarded."""
     values: dict[str, Any] = {}
     outs: dict[str, Guarded] = {}
@@ -110,7 +115,10 @@ def run_case(task: Task, entry: Entry, ep: EntryPoint, case: Case, ctx: RunConte
     for arg in entry.buffers("in"):
         if not torch.equal(inputs[arg.name], clones[arg.name]):
             changed = int((inputs[arg.name] != clones[arg.name]).sum())
-            raise CheckFailure(Verdict.WRONG, f"{where}: input `{arg.name}` was modified ({changed} elements changed); inputs are read-only")
+            raise CheckFailure(
+                Verdict.WRONG,
+                f"{where}: input `{arg.name}` was modified ({changed} elements changed); inputs are read-only",
+            )
     check_outputs(task, entry, outs, expected, where)
     if task.deterministic:
         values2, outs2 = prepare(task, entry, clones, shapes)
@@ -131,7 +139,9 @@ def run_case(task: Task, entry: Entry, ep: EntryPoint, case: Case, ctx: RunConte
     return {"case": case.label, "entry": entry.symbol, "ok": True}
 
 
-def time_entry(task: Task, entry: Entry, ep: EntryPoint, case: Case, budget: timing.Budget, copy_gbps: float) -> dict[str, Any]:
+def time_entry(
+    task: Task, entry: Entry, ep: EntryPoint, case: Case, budget: timing.Budget, copy_gbps: float
+) -> dict[str, Any]:
     import torch
 
     inputs = task.make_inputs(case.params, Rng(seed_for(task, case.label), "cuda"))
@@ -151,8 +161,14 @@ def time_entry(task: Task, entry: Entry, ep: EntryPoint, case: Case, budget: tim
     check_outputs(task, entry, outs, expected, f"{entry.symbol}, case {case.label}, re-checked after timing")
     s = stats["student"]
     row: dict[str, Any] = {
-        "entry": entry.symbol, "case": case.label, "median_ms": s.median_ms, "q1_ms": s.q1_ms,
-        "q3_ms": s.q3_ms, "min_ms": s.min_ms, "n": s.n, "copy_gbps": copy_gbps,
+        "entry": entry.symbol,
+        "case": case.label,
+        "median_ms": s.median_ms,
+        "q1_ms": s.q1_ms,
+        "q3_ms": s.q3_ms,
+        "min_ms": s.min_ms,
+        "n": s.n,
+        "copy_gbps": copy_gbps,
     }
     if "torch" in stats:
         row["baseline_median_ms"] = stats["torch"].median_ms
@@ -170,13 +186,23 @@ def run(spec: Path, lib_path: str, rec: Recorder, timing_mode: str, sanitize: bo
 
     task = load_task(spec)
     if not torch.cuda.is_available():
-        rec.set(verdict=str(Verdict.SKIPPED), message="torch sees no CUDA GPU (torch.version.cuda = "
-                f"{torch.version.cuda}): install a CUDA build of torch, or run on a GPU machine")
+        rec.set(
+            verdict=str(Verdict.SKIPPED),
+            message="torch sees no CUDA GPU (torch.version.cuda = "
+            f"{torch.version.cuda}): install a CUDA build of torch, or run on a GPU machine",
+        )
         return
     props = torch.cuda.get_device_properties(0)
-    rec.set(device={"name": props.name, "cc": f"{props.major}.{props.minor}", "sms": props.multi_processor_count,
-                    "l2_bytes": getattr(props, "L2_cache_size", None), "torch": torch.__version__,
-                    "torch_cuda": torch.version.cuda})
+    rec.set(
+        device={
+            "name": props.name,
+            "cc": f"{props.major}.{props.minor}",
+            "sms": props.multi_processor_count,
+            "l2_bytes": getattr(props, "L2_cache_size", None),
+            "torch": torch.__version__,
+            "torch_cuda": torch.version.cuda,
+        }
+    )
     torch.cuda.init()
     lib = Library(Path(lib_path))
     ctx = RunContext(task, lib)
@@ -221,9 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     rec = Recorder(a.result)
     rec.flush()
     lib = a.lib
-    if lib == "-":  # started before the build finished: torch imports while nvcc runs
-        import torch  # noqa: F401
+    if lib == "-":  # started before the build finished: torch and CUDA start up while nvcc runs
+        import torch
 
+        if torch.cuda.is_available():
+            torch.cuda.init()
         lib = sys.stdin.readline().strip()
         if not lib:
             return 0

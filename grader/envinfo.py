@@ -21,9 +21,15 @@ def environment() -> dict[str, Any]:
         info["torch"] = "missing"
     info["arch"] = toolchain.target_arch()
     info["gpus"] = [
-        {"name": g.name, "compute_capability": g.compute_capability, "driver": g.driver,
-         "memory_mib": g.memory_mib, "sm_clock_mhz": g.sm_clock_mhz, "mem_clock_mhz": g.mem_clock_mhz,
-         "max_sm_clock_mhz": g.max_sm_clock_mhz}
+        {
+            "name": g.name,
+            "compute_capability": g.compute_capability,
+            "driver": g.driver,
+            "memory_mib": g.memory_mib,
+            "sm_clock_mhz": g.sm_clock_mhz,
+            "mem_clock_mhz": g.mem_clock_mhz,
+            "max_sm_clock_mhz": g.max_sm_clock_mhz,
+        }
         for g in toolchain.gpus()
     ]
     return info

@@ -55,12 +55,21 @@ def start_in_background(env: dict[str, str]) -> None:
     with open(log, "ab") as out:
         subprocess.Popen(
             [sys.executable, "-m", "grader.forkserver", str(socket_path())],
-            cwd=paths.ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
+            cwd=paths.ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
         )
 
 
 def request(sock: socket.socket, argv: list[str], env: dict[str, str], stdout: Path, stderr: Path) -> int:
-    """Asks for one child; returns its pid. Its exit status arrives later on the same socket."""
+    """Asks for one child; returns its pid. Its exit status arrives later on the same socket.
+
+    The child's stdin is this socket, so a child started with `--lib -` (before the build has
+    finished) reads its library's path from whatever the client sends next.
+    """
     msg = {"argv": argv, "env": env, "stdout": str(stdout), "stderr": str(stderr)}
     sock.sendall(json.dumps(msg).encode() + b"\n")
     return int(_read_line(sock)["pid"])
@@ -96,8 +105,7 @@ def _serve_one(conn: socket.socket, listener: socket.socket) -> None:
                 f = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                 os.dup2(f, fd)
                 os.close(f)
-            devnull = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(devnull, 0)
+            os.dup2(conn.fileno(), 0)
             os.environ.clear()
             os.environ.update(req["env"])
             sys.stdout = os.fdopen(1, "w", buffering=1)

@@ -49,34 +49,63 @@ def _kill_group(pid: int) -> None:
 class Child:
     """One task process. Give it its library with feed(), then wait() for the verdict file."""
 
-    def __init__(self, spec: Path, result: Path, timing: str, sanitize: bool = False,
-                 wrapper: list[str] | None = None, lib: Path | None = None,
-                 env: dict[str, str] | None = None, server: socket.socket | None = None) -> None:
+    def __init__(
+        self,
+        spec: Path,
+        result: Path,
+        timing: str,
+        sanitize: bool = False,
+        wrapper: list[str] | None = None,
+        lib: Path | None = None,
+        env: dict[str, str] | None = None,
+        server: socket.socket | None = None,
+    ) -> None:
         self.result_path = result
         result.parent.mkdir(parents=True, exist_ok=True)
         result.unlink(missing_ok=True)
-        self.args = ["--spec", str(spec), "--result", str(result), "--timing", timing] + (["--sanitize"] if sanitize else [])
+        self.args = ["--spec", str(spec), "--result", str(result), "--timing", timing] + (
+            ["--sanitize"] if sanitize else []
+        )
         self.env = env or child_env()
         self.server = server
         self.proc: subprocess.Popen[str] | None = None
         self.pid: int | None = None
         self.started = time.perf_counter()
         if server is None:
-            cmd = [*(wrapper or []), sys.executable, "-m", "grader.child", *self.args, "--lib", str(lib) if lib else "-"]
+            cmd = [
+                *(wrapper or []),
+                sys.executable,
+                "-m",
+                "grader.child",
+                *self.args,
+                "--lib",
+                str(lib) if lib else "-",
+            ]
             self.proc = subprocess.Popen(
-                cmd, cwd=paths.ROOT, env=self.env, stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                cmd,
+                cwd=paths.ROOT,
+                env=self.env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
             )
-        self._fed = lib is not None and server is None
+        else:  # forked at once: it sets up CUDA while nvcc runs, then reads its library's path
+            out, err = result.with_suffix(".out"), result.with_suffix(".err")
+            lib_arg = str(lib) if lib else "-"
+            self.pid = forkserver.request(server, [*self.args, "--lib", lib_arg], self.env, out, err)
+        self._fed = lib is not None
 
     def feed(self, lib: Path | None) -> None:
         """Hands the child its library; None tells it to exit (the build failed)."""
         self._fed = True
         self.started = time.perf_counter()
         if self.server is not None:
-            if lib is not None:
-                out, err = self.result_path.with_suffix(".out"), self.result_path.with_suffix(".err")
-                self.pid = forkserver.request(self.server, [*self.args, "--lib", str(lib)], self.env, out, err)
+            try:
+                self.server.sendall(f"{lib or ''}\n".encode())
+            except OSError:
+                pass
             return
         assert self.proc is not None and self.proc.stdin is not None
         try:
@@ -102,13 +131,10 @@ class Child:
 
     def _wait_forked(self, timeout: float) -> ChildRun:
         assert self.server is not None
-        if self.pid is None:
-            self.server.close()
-            return ChildRun(0, False, "", "", {}, 0.0)
         timed_out = False
         try:
             code: int | None = forkserver.read_status(self.server, timeout)
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             timed_out = True
             _kill_group(self.pid)
             try:

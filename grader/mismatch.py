@@ -15,8 +15,13 @@ SHOW = 5  # how many wrong elements are listed
 
 
 def describe(
-    name: str, got: torch.Tensor, ref: torch.Tensor, bad: torch.Tensor,
-    never_written: torch.Tensor | None, atol: float, rtol: float,
+    name: str,
+    got: torch.Tensor,
+    ref: torch.Tensor,
+    bad: torch.Tensor,
+    never_written: torch.Tensor | None,
+    atol: float,
+    rtol: float,
 ) -> str:
     total = bad.numel()
     n_bad = int(bad.sum())
@@ -80,8 +85,10 @@ def _pattern_1d(bad: torch.Tensor) -> str | None:
         block = _largest_block(first)
         tail = n - first
         if block >= 32 and tail < block:
-            return (f"all errors in the last partial block: indices {first}..{n - 1} ({tail} elements "
-                    f"after the last full block of {block}) — does the grid cover all n elements?")
+            return (
+                f"all errors in the last partial block: indices {first}..{n - 1} ({tail} elements "
+                f"after the last full block of {block}) — does the grid cover all n elements?"
+            )
         return f"every element from index {first} on is wrong ({tail} of {n}): the tail is not covered"
     if count == last - first + 1 and first == 0:
         return f"only the first {count} elements are wrong"
@@ -100,9 +107,9 @@ def _pattern_2d(bad: torch.Tensor) -> str | None:
         return "every element is wrong"
     r0, c0 = int(bad_rows[0]), int(bad_cols[0])
     if bool(bad[r0:, :].all()) and int(bad_rows[-1]) == rows - 1 and bad_rows.numel() == rows - r0:
-        return f"only rows ≥ {r0} (of {rows}) are wrong, entirely: rows past a multiple of the block height are not covered"
+        return f"only rows ≥ {r0} (of {rows}) are wrong, entirely: rows past a multiple of the block height are missed"
     if bool(bad[:, c0:].all()) and int(bad_cols[-1]) == cols - 1 and bad_cols.numel() == cols - c0:
-        return f"only columns ≥ {c0} (of {cols}) are wrong, entirely: columns past a multiple of the block width are not covered"
+        return f"only columns ≥ {c0} (of {cols}) are wrong, entirely: columns past a block-width multiple are missed"
     if int(bad_rows[0]) >= rows - 3 or int(bad_cols[0]) >= cols - 3:
         return "errors only along the bottom/right border: check how windows are clipped at the edges"
     edge_cols = ((bad_cols % 16) >= 13).all() and bad_cols.numel() < cols

@@ -71,8 +71,10 @@ class Session:
     def options(self) -> runner.Options:
         c = self.config
         return runner.Options(
-            solutions=c.getoption("--solutions"), timing=c.getoption("--timing"),
-            sanitize=c.getoption("--sanitize"), force_run=c.getoption("--force-run"),
+            solutions=c.getoption("--solutions"),
+            timing=c.getoption("--timing"),
+            sanitize=c.getoption("--sanitize"),
+            force_run=c.getoption("--force-run"),
         )
 
     def result_for(self, task: Task, items: list[pytest.Item]) -> TaskResult:
@@ -125,6 +127,16 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     got = sum(r.points for r in session.results)
     total = sum(r.max_points for r in session.results)
     tr.write_line(f"score: {got:g} / {total:g}")
+    for r in session.results:
+        for k in r.kernels:
+            if k.spill_stores or k.spill_loads:
+                tr.write_line(
+                    f"note: {r.task_id} {k.kernel} spills {k.spill_stores} bytes to local memory "
+                    f"({k.registers} registers): see the ptxas report in .build/"
+                )
+        for n in r.notes:
+            if r.verdict == Verdict.PASS and not n.startswith("built in"):
+                tr.write_line(f"{r.task_id}: {n}")
     not_started = [r.task_id for r in session.results if r.verdict == Verdict.NOT_STARTED]
     if not_started and len(not_started) == len(session.results):
         tr.write_line("nothing started yet: open the lab's README.md and fill in the TODO regions")

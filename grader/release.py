@@ -15,7 +15,13 @@ EXCLUDE_FILES = {".github/workflows/gpu.yml"}
 
 def tracked_files() -> list[Path]:
     """Files git tracks, plus new ones it does not ignore."""
-    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=paths.ROOT, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=paths.ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return [Path(p) for p in out.stdout.split("\0") if p]
 
 

@@ -41,10 +41,25 @@ def markdown(results: list[TaskResult], env: dict[str, Any]) -> str:
         t = r.timings[0] if r.timings else None
         speed = f"{t.speedup:.2f}×" if t and t.speedup else ""
         share = f"{t.share_of_copy:.0%}" if t and t.share_of_copy is not None else ""
-        lines.append(f"| {r.task_id} {r.title} | {r.verdict} | {fmt_ms(t.median_ms) if t else ''} | {speed} | "
-                     f"{share} | {r.points:g} / {r.max_points:g} |")
+        lines.append(
+            f"| {r.task_id} {r.title} | {r.verdict} | {fmt_ms(t.median_ms) if t else ''} | {speed} | "
+            f"{share} | {r.points:g} / {r.max_points:g} |"
+        )
     total = sum(r.points for r in results)
     lines += ["", f"**Total: {total:g} / {sum(r.max_points for r in results):g}**", ""]
+    kernels = [(r, k) for r in results for k in r.kernels]
+    if kernels:
+        lines += [
+            "## Kernel resources (from ptxas)",
+            "",
+            "| task | kernel | registers | spills (st/ld bytes) | shared memory |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for r, k in kernels:
+            lines.append(
+                f"| {r.task_id} | `{k.kernel}` | {k.registers} | {k.spill_stores}/{k.spill_loads} | {k.smem_bytes} B |"
+            )
+        lines.append("")
     failing = [r for r in results if r.message and str(r.verdict) != "pass"]
     if failing:
         lines.append("## Details")

@@ -38,6 +38,9 @@ def describe(task: Task) -> list[str]:
     lines = [f"{task.points:g} points when every check passes"]
     for p in task.perf:
         what = {"share_of_copy": "of the measured copy bandwidth", "speedup": "× torch's speed"}.get(
-            p.metric, f"× the speed of {p.metric.split(':', 1)[-1]}")
-        lines.append(f"+{p.points:g} when {p.entry} reaches {p.target:g}{' ' if p.metric != 'share_of_copy' else ''}{what}")
+            p.metric, f"× the speed of {p.metric.split(':', 1)[-1]}"
+        )
+        lines.append(
+            f"+{p.points:g} when {p.entry} reaches {p.target:g}{' ' if p.metric != 'share_of_copy' else ''}{what}"
+        )
     return lines

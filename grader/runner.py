@@ -82,7 +82,9 @@ def grade(tasks: list[Task], opts: Options, sources: dict[str, Path] | None = No
         yield res
 
 
-def _grade_built(task: Task, b: BuildResult, opts: Options, gpu: bool, result_path: Path, child: Child | None) -> TaskResult:
+def _grade_built(
+    task: Task, b: BuildResult, opts: Options, gpu: bool, result_path: Path, child: Child | None
+) -> TaskResult:
     start = time.perf_counter()
     src = b.source
     if not b.ok:
@@ -91,8 +93,14 @@ def _grade_built(task: Task, b: BuildResult, opts: Options, gpu: bool, result_pa
             child.wait(10)
         return _result(task, src, Verdict.COMPILE_ERROR, b.error, kernels=b.kernels)
     if not gpu:
-        return _result(task, src, Verdict.SKIPPED, "no NVIDIA GPU visible (nvidia-smi finds none): the kernel "
-                       "compiled; run on a GPU machine to check and time it", kernels=b.kernels)
+        return _result(
+            task,
+            src,
+            Verdict.SKIPPED,
+            "no NVIDIA GPU visible (nvidia-smi finds none): the kernel "
+            "compiled; run on a GPU machine to check and time it",
+            kernels=b.kernels,
+        )
     assert b.lib is not None
     if child is None:
         child = new_child(Path(task.spec_file), result_path, opts.timing)
@@ -117,22 +125,37 @@ def _from_child(task: Task, src: Path, run: ChildRun, timeout: float) -> TaskRes
     verdict_text = r.get("verdict")
     tail = "\n".join((run.stderr or "").strip().splitlines()[-8:])
     if run.timed_out:
-        return _result(task, src, Verdict.TIMEOUT,
-                       f"killed after {timeout:.0f} s in {phase}: a kernel that never finishes (an infinite loop, "
-                       f"a loop whose index never reaches its bound, or a __syncthreads() that some threads of the "
-                       f"block never reach); if it is only slow, raise GRADER_TIMEOUT", cases=r.get("cases", []))
+        return _result(
+            task,
+            src,
+            Verdict.TIMEOUT,
+            f"killed after {timeout:.0f} s in {phase}: a kernel that never finishes (an infinite loop, "
+            f"a loop whose index never reaches its bound, or a __syncthreads() that some threads of the "
+            f"block never reach); if it is only slow, raise GRADER_TIMEOUT",
+            cases=r.get("cases", []),
+        )
     if verdict_text is None:
-        return _result(task, src, Verdict.CRASH,
-                       f"the task's process died ({signal_name(run.returncode)}) in {phase}"
-                       + (f"; its last output:\n{tail}" if tail else ""), cases=r.get("cases", []))
+        return _result(
+            task,
+            src,
+            Verdict.CRASH,
+            f"the task's process died ({signal_name(run.returncode)}) in {phase}"
+            + (f"; its last output:\n{tail}" if tail else ""),
+            cases=r.get("cases", []),
+        )
     if verdict_text == "grader error":
         return _result(task, src, Verdict.CRASH, "internal grader error (please report it):\n" + r.get("message", ""))
     message = r.get("message", "")
     if verdict_text == str(Verdict.CRASH) and tail:
         message += f"\nits last output:\n{tail}"
     return _result(
-        task, src, Verdict(verdict_text), message, cases=r.get("cases", []),
-        timings=[Timing(**t) for t in r.get("timings", [])], notes=list(r.get("notes", [])),
+        task,
+        src,
+        Verdict(verdict_text),
+        message,
+        cases=r.get("cases", []),
+        timings=[Timing(**t) for t in r.get("timings", [])],
+        notes=list(r.get("notes", [])),
     )
 
 
@@ -142,8 +165,9 @@ def _sanitize(task: Task, b: BuildResult, opts: Options, result_path: Path) -> l
     env = {**child_env(), "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}  # one allocation per tensor: memcheck sees bounds
     findings: list[sanitizer.Finding] = []
     for tool in sanitizer.TOOLS:
-        child = Child(Path(task.spec_file), result_path, "off", sanitize=True,
-                      wrapper=sanitizer.wrapper(tool), lib=b.lib, env=env)
+        child = Child(
+            Path(task.spec_file), result_path, "off", sanitize=True, wrapper=sanitizer.wrapper(tool), lib=b.lib, env=env
+        )
         run = child.wait(opts.timeout * 4)
         report = run.stdout + run.stderr
         log = paths.BUILD / "sanitizer" / f"{task.lab}-{task.number}.{tool}.log"

@@ -13,6 +13,7 @@ from grader import toolchain
 TOOLS = ("memcheck", "racecheck")
 _PREFIX = re.compile(r"^=+ ?")
 _AT = re.compile(r"\bat (?P<fn>.+?)\+0x[0-9a-f]+ in (?P<file>[^\s:]+):(?P<line>\d+)")
+_HAZARD = re.compile(r"Potential (?P<kind>RAW|WAR|WAW) hazard detected at __shared__")
 _THREAD = re.compile(r"by thread \((?P<t>[\d,]+)\) in block \((?P<b>[\d,]+)\)")
 
 
@@ -59,7 +60,21 @@ def parse(tool: str, output: str, source: Path) -> list[Finding]:
     findings: list[Finding] = []
     name = source.name
     for i, line in enumerate(lines):
-        if tool == "racecheck" and "Race reported between" in line:
+        if tool == "racecheck" and (m := _HAZARD.search(line)):
+            locs = [a for a in (_AT.search(f) for f in lines[i + 1 : i + 3]) if a and Path(a["file"]).name == name]
+            if locs:
+                other = f" and line {locs[1]['line']}" if len(locs) > 1 and locs[1]["line"] != locs[0]["line"] else ""
+                scope = " within a warp" if "Warp Level" in line else ""
+                findings.append(
+                    Finding(
+                        tool,
+                        f"shared-memory {m['kind']} hazard{scope}{other}",
+                        name,
+                        int(locs[0]["line"]),
+                        "no __syncthreads() orders these accesses",
+                    )
+                )
+        elif tool == "racecheck" and "Race reported between" in line:
             first = _AT.search(line)
             second = _AT.search(lines[i + 1]) if i + 1 < len(lines) else None
             locs = [m for m in (first, second) if m and Path(m["file"]).name == name]
@@ -67,9 +82,13 @@ def parse(tool: str, output: str, source: Path) -> list[Finding]:
                 kinds = re.findall(r"(Read|Write) access", line + " " + (lines[i + 1] if i + 1 < len(lines) else ""))
                 other = f" and line {second['line']}" if second and first and second["line"] != first["line"] else ""
                 hazards = re.search(r"\[(\d+) hazards?\]", lines[i + 1] if i + 1 < len(lines) else "")
-                detail = f"{' / '.join(kinds)} without a barrier between them" + (f", {hazards.group(1)} hazards" if hazards else "")
+                detail = f"{' / '.join(kinds)} without a barrier between them" + (
+                    f", {hazards.group(1)} hazards" if hazards else ""
+                )
                 findings.append(Finding(tool, f"shared-memory race{other}", name, int(locs[0]["line"]), detail))
-        elif tool == "memcheck" and re.match(r"(Invalid|Misaligned|Out-of-range|Uninitialized|Malloc|Free)", line.strip()):
+        elif tool == "memcheck" and re.match(
+            r"(Invalid|Misaligned|Out-of-range|Uninitialized|Malloc|Free)", line.strip()
+        ):
             for follow in lines[i + 1 : i + 4]:
                 m = _AT.search(follow)
                 if m and Path(m["file"]).name == name:

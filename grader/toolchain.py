@@ -69,7 +69,9 @@ def gpus() -> tuple[Gpu, ...]:
     try:
         out = subprocess.run(
             ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=20,
+            capture_output=True,
+            text=True,
+            timeout=20,
         )
     except (OSError, subprocess.TimeoutExpired):
         return ()

@@ -22,7 +22,7 @@ class Verdict(str, Enum):
         return self.value
 
 
-class CheckFailure(Exception):
+class CheckFailure(Exception):  # noqa: N818 - a verdict, not an error of the grader
     """Raised inside a check to end the task with a verdict and a message for the student."""
 
     def __init__(self, verdict: Verdict, message: str) -> None:

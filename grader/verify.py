@@ -25,7 +25,9 @@ def verify(labs: list[str], say: callable) -> int:  # type: ignore[valid-type]
     if not tasks:
         say("no reference solutions in this tree (a student release?): nothing to verify")
         return 2
-    problems: list[str] = [f"{f} differs from its solution's skeleton: run `make skeletons`" for f in skeletons.drifted()]
+    problems: list[str] = [
+        f"{f} differs from its solution's skeleton: run `make skeletons`" for f in skeletons.drifted()
+    ]
     gpu = toolchain.has_gpu()
     say(f"verifying {len(tasks)} tasks on {'the GPU' if gpu else 'the CPU only (no GPU: compile + calibration)'}")
     skel = {r.task_id: r for r in runner.grade(tasks, runner.Options(force_run=True, timing="off"))}
@@ -44,10 +46,14 @@ def verify(labs: list[str], say: callable) -> int:  # type: ignore[valid-type]
         else:
             s_text = f"fails ({s.verdict})" if ok_skel else f"{s.verdict}!"
         r_text = "compiles" if r.verdict == Verdict.SKIPPED else ("passes" if ok_sol else f"{r.verdict}!")
-        say(f"{(t.task_id + ' ' + t.title).ljust(width)}  {('✓ ' if ok_skel else '✗ ') + s_text:<22}  "
-            f"{('✓ ' if ok_sol else '✗ ') + r_text:<22}  {'✓' if not cal else '✗'}")
+        say(
+            f"{(t.task_id + ' ' + t.title).ljust(width)}  {('✓ ' if ok_skel else '✗ ') + s_text:<22}  "
+            f"{('✓ ' if ok_sol else '✗ ') + r_text:<22}  {'✓' if not cal else '✗'}"
+        )
         if not ok_skel:
-            problems.append(f"{t.task_id}: the skeleton should fail but got {s.verdict}: {s.message.splitlines()[0] if s.message else ''}")
+            problems.append(
+                f"{t.task_id}: the skeleton should fail but got {s.verdict}: {(s.message or ' ').splitlines()[0]}"
+            )
         if not ok_sol:
             problems.append(f"{t.task_id}: the solution should pass but got {r.verdict}: {r.message}")
         problems += cal

@@ -29,8 +29,15 @@ EXPECTED: dict[str, tuple[set[Verdict], str]] = {
 }
 # one run per batch: each batch mixes tasks so a hang or crash must not stop the rest
 BATCHES = [
-    ["01_vector_add.never_written", "02_matrix_add.guard_off_by_one", "03_saxpy.infinite_loop",
-     "04_swap_pairs.writes_input", "05_silu.unchecked", "06_max_pool.sync_misplaced", "07_histogram.no_zero"],
+    [
+        "01_vector_add.never_written",
+        "02_matrix_add.guard_off_by_one",
+        "03_saxpy.infinite_loop",
+        "04_swap_pairs.writes_input",
+        "05_silu.unchecked",
+        "06_max_pool.sync_misplaced",
+        "07_histogram.no_zero",
+    ],
     ["03_saxpy.illegal_address", "05_silu.leaks"],
     ["03_saxpy.no_guard"],
 ]

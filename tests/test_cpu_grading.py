@@ -16,7 +16,11 @@ def _grade(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "GRADER_NO_GPU": "1"}
     return subprocess.run(
         [sys.executable, "-m", "pytest", "lab1/tests", "-q", "-p", "no:cacheprovider", "-rs", *args],
-        cwd=paths.ROOT, env=env, capture_output=True, text=True, timeout=600,
+        cwd=paths.ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
 

@@ -27,5 +27,15 @@ def test_make_commands_in_readmes_exist():
 
 def test_make_help_lists_every_documented_target():
     out = subprocess.run(["make", "-s", "help"], cwd=paths.ROOT, capture_output=True, text=True).stdout
-    for target in ("test-lab1", "test-lab5", "check", "verify", "grade", "bench-lab1", "sanitize-lab1", "release", "clean"):
+    for target in (
+        "test-lab1",
+        "test-lab5",
+        "check",
+        "verify",
+        "grade",
+        "bench-lab1",
+        "sanitize-lab1",
+        "release",
+        "clean",
+    ):
         assert target in out

@@ -50,7 +50,8 @@ def test_solution_fills_every_region(pair):
     assert not not_started(solution.read_text())
     for r in find_regions(solution.read_text()):
         assert any(line.strip() and not line.strip().startswith("//") for line in r.body), (
-            f"{paths.rel(solution)}:{r.begin_line}: empty region in a solution")
+            f"{paths.rel(solution)}:{r.begin_line}: empty region in a solution"
+        )
 
 
 def test_every_task_file_has_a_spec_and_back():

@@ -14,7 +14,8 @@ from grader import paths, skeletons
 @pytest.mark.skipif(not skeletons.pairs(), reason="no reference solutions here (a student release)")
 def test_verify_on_the_cpu_passes():
     env = {**os.environ, "GRADER_NO_GPU": "1"}
-    out = subprocess.run([sys.executable, "-m", "grader", "verify"], cwd=paths.ROOT, env=env,
-                         capture_output=True, text=True, timeout=900)
+    out = subprocess.run(
+        [sys.executable, "-m", "grader", "verify"], cwd=paths.ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "compiles, not started" in out.stdout

@@ -12,7 +12,13 @@ def task():
 
 def test_a_hung_child_is_killed_and_reported(tmp_path):
     # the wrapper replaces the real child with one that never ends
-    child = Child(tmp_path / "spec.py", tmp_path / "r.json", "off", wrapper=[sys.executable, "-c", "import time; time.sleep(60)"], lib=tmp_path / "x.so")
+    child = Child(
+        tmp_path / "spec.py",
+        tmp_path / "r.json",
+        "off",
+        wrapper=[sys.executable, "-c", "import time; time.sleep(60)"],
+        lib=tmp_path / "x.so",
+    )
     run = child.wait(1.0)
     assert run.timed_out
     r = _from_child(task(), tmp_path / "t.cu", run, 1.0)

@@ -47,8 +47,10 @@ def _have_nvcc() -> bool:
 def test_build_caches_by_content_and_reports_errors(tmp_path, monkeypatch):
     monkeypatch.setattr(paths, "BUILD", tmp_path / "build")
     good = tmp_path / "good.cu"
-    good.write_text('#include "course.h"\n__global__ void k(float* x) { x[threadIdx.x] = 1.f; }\n'
-                    "COURSE_API cudaError_t run(float* x) { k<<<1, 32>>>(x); return cudaGetLastError(); }\n")
+    good.write_text(
+        '#include "course.h"\n__global__ void k(float* x) { x[threadIdx.x] = 1.f; }\n'
+        "COURSE_API cudaError_t run(float* x) { k<<<1, 32>>>(x); return cudaGetLastError(); }\n"
+    )
     bad = tmp_path / "bad.cu"
     bad.write_text('#include "course.h"\n__global__ void k(float* x) { x[0] = oops; }\n')
     first = build.build_all([good, bad], arch="sm_90")

@@ -30,7 +30,9 @@ def test_skeleton_is_not_started_and_solution_is():
 
 
 def test_comments_alone_do_not_start_a_task():
-    skel = make_skeleton(SOLUTION).replace("// TODO(lab1/01) begin: write c[0].\n", "// TODO(lab1/01) begin: write c[0].\n    // thinking...\n")
+    skel = make_skeleton(SOLUTION).replace(
+        "// TODO(lab1/01) begin: write c[0].\n", "// TODO(lab1/01) begin: write c[0].\n    // thinking...\n"
+    )
     assert not_started(skel)
 
 
@@ -40,11 +42,14 @@ def test_one_region_done_is_started_and_the_other_is_named():
     assert [r.hint for r in untouched_regions(skel)] == ["return 42."]
 
 
-@pytest.mark.parametrize("bad", [
-    "// TODO(lab1/01) begin: x\n",
-    "// TODO(lab1/01) end\n",
-    "// TODO(lab1/01) begin: x\n// TODO(lab1/02) end\n",
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "// TODO(lab1/01) begin: x\n",
+        "// TODO(lab1/01) end\n",
+        "// TODO(lab1/01) begin: x\n// TODO(lab1/02) end\n",
+    ],
+)
 def test_unbalanced_markers_are_reported(bad):
     with pytest.raises(RegionError):
         find_regions(bad)

@@ -8,8 +8,17 @@ from grader.verdict import TaskResult, Timing, Verdict
 
 
 def task():
-    return Task("lab1", "03", "saxpy", "03_saxpy.cu", [], [], lambda p, r: {}, lambda v: {},
-                perf=[PerfTarget("saxpy", "share_of_copy", 0.8, 2)])
+    return Task(
+        "lab1",
+        "03",
+        "saxpy",
+        "03_saxpy.cu",
+        [],
+        [],
+        lambda p, r: {},
+        lambda v: {},
+        perf=[PerfTarget("saxpy", "share_of_copy", 0.8, 2)],
+    )
 
 
 def result(verdict, share):

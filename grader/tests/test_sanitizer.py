@@ -4,10 +4,20 @@ from grader.sanitizer import parse
 
 RACE = """\
 ========= COMPUTE-SANITIZER
-========= Error: Race reported between Write access at swap_pairs_kernel(const float *, float *, int)+0xb0 in /x/lab1/04_swap_pairs.cu:24
-=========     and Read access at swap_pairs_kernel(const float *, float *, int)+0xc0 in /x/lab1/04_swap_pairs.cu:27 [1024 hazards]
+========= Error: Race reported between Write access at k(float *)+0xb0 in /x/lab1/04_swap_pairs.cu:24
+=========     and Read access at k(float *)+0xc0 in /x/lab1/04_swap_pairs.cu:27 [1024 hazards]
 =========
 ========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
+"""
+
+HAZARD = """\
+========= Warning: (Warp Level Programming) Potential RAW hazard detected at __shared__ 0x404 in block (0,0,0) :
+=========     Write Thread (1,0,0) at swap_pairs_kernel(const float *, float *, int)+0x230 in 04_swap_pairs.cu:28
+=========     Read Thread (0,0,0) at swap_pairs_kernel(const float *, float *, int)+0x5f0 in 04_swap_pairs.cu:34
+=========     Current Value : 111
+========= Warning: (Warp Level Programming) Potential RAW hazard detected at __shared__ 0x405 in block (0,0,0) :
+=========     Write Thread (1,0,0) at swap_pairs_kernel(const float *, float *, int)+0x230 in 04_swap_pairs.cu:28
+=========     Read Thread (0,0,0) at swap_pairs_kernel(const float *, float *, int)+0x5f0 in 04_swap_pairs.cu:34
 """
 
 MEMCHECK = """\
@@ -30,3 +40,8 @@ def test_memcheck_keeps_only_the_task_source():
     (f,) = parse("memcheck", MEMCHECK, Path("lab1/03_saxpy.cu"))
     assert (f.line, f.what) == (17, "Invalid __global__ write of size 4 bytes")
     assert "thread (255,0,0) of block (3,0,0)" in str(f)
+
+
+def test_hazard_report_format_is_read_once_per_pair_of_lines():
+    (f,) = parse("racecheck", HAZARD, Path("lab1/04_swap_pairs.cu"))
+    assert f.line == 28 and "RAW hazard within a warp and line 34" in f.what

@@ -59,8 +59,10 @@ def device_properties_match_torch(ctx: RunContext) -> None:
     )
     bad_index = torch.cuda.device_count() + 7
     if fn(bad_index, ctypes.byref(info)) == 0:
-        ctx.fail(f"query_device({bad_index}) returned cudaSuccess for a device that does not exist: "
-                 "return the error cudaGetDeviceProperties reports (wrap it in CUDA_CHECK)")
+        ctx.fail(
+            f"query_device({bad_index}) returned cudaSuccess for a device that does not exist: "
+            "return the error cudaGetDeviceProperties reports (wrap it in CUDA_CHECK)"
+        )
 
 
 LAUNCHES = [(1, 1), (1, 32), (2, 33), (4, 256), (7, 1024), (1000, 96)]

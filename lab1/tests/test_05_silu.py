@@ -35,8 +35,11 @@ def impossible_size_returns_an_error(ctx: RunContext) -> None:
     n = 1 << 42  # 16 TiB of floats: no GPU has that much memory
     rc = silu({"x": tiny_x, "y": tiny_y, "n": n})
     if rc == 0:
-        ctx.fail(f"silu(n={n}) returned cudaSuccess although no GPU can allocate {4 * n >> 40} TiB: check every "
-                 "runtime call with CUDA_CHECK and return its error", Verdict.WRONG)
+        ctx.fail(
+            f"silu(n={n}) returned cudaSuccess although no GPU can allocate {4 * n >> 40} TiB: check every "
+            "runtime call with CUDA_CHECK and return its error",
+            Verdict.WRONG,
+        )
 
 
 def no_device_memory_leak(ctx: RunContext) -> None:
@@ -55,8 +58,11 @@ def no_device_memory_leak(ctx: RunContext) -> None:
     free_after, _ = torch.cuda.mem_get_info()
     lost = free_before - free_after
     if lost >= 2 * 4 * n:
-        ctx.fail(f"device memory leaks: 4 calls with n={n} left {lost / 2**20:.0f} MiB allocated: cudaFree "
-                 "every buffer you cudaMalloc", Verdict.WRONG)
+        ctx.fail(
+            f"device memory leaks: 4 calls with n={n} left {lost / 2**20:.0f} MiB allocated: cudaFree "
+            "every buffer you cudaMalloc",
+            Verdict.WRONG,
+        )
 
 
 TASK = Task(

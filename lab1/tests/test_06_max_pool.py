@@ -4,7 +4,19 @@ computed from a 16x16 shared-memory tile with its halo."""
 from grader.spec import Case, Entry, In, Int, Out, PerfTarget, Task
 from grader.static_checks import NO_LIBRARIES, uses_shared_memory, uses_syncthreads
 
-SHAPES = [(1, 1), (2, 2), (3, 5), (4, 4), (16, 16), (17, 31), (33, 33), (31, 100), (100, 300), (1000, 999), (4096, 4096)]
+SHAPES = [
+    (1, 1),
+    (2, 2),
+    (3, 5),
+    (4, 4),
+    (16, 16),
+    (17, 31),
+    (33, 33),
+    (31, 100),
+    (100, 300),
+    (1000, 999),
+    (4096, 4096),
+]
 
 
 def make_inputs(p, rng):
@@ -12,7 +24,7 @@ def make_inputs(p, rng):
 
 
 def pool(x):
-    import torch.nn.functional as F
+    import torch.nn.functional as F  # noqa: N812 - the name every PyTorch reader knows
 
     # in (H, W) -> padded (1, 1, H+3, W+3) with -inf on the bottom/right -> out (H, W)
     padded = F.pad(x[None, None], (0, 3, 0, 3), value=float("-inf"))
