@@ -45,6 +45,7 @@ Otherwise everything is installed from requirements.txt with pip.
 
 Environment:
   PYTHON           base interpreter, Python >= 3.10 (default: python3)
+  TORCH_SPEC       pin torch when installing from scratch, e.g. torch==2.13.0 (CPU CI does)
   TORCH_INDEX_URL  extra pip index for torch when installing from scratch,
                    e.g. https://download.pytorch.org/whl/cpu on a CPU-only CI runner
   NVCC, CUDA_HOME  where to find nvcc if it is not on PATH
@@ -231,6 +232,7 @@ install_missing() {
     if awk -F'\t' '$1=="@@" && $2=="pkg" && $3=="torch" && $4!="ok" {f=1} END {exit !f}' <<<"$out"; then
         # The CPU-CI / fresh-laptop path: everything from the index (mirror) in one resolve.
         if [[ -n ${TORCH_INDEX_URL:-} ]]; then args+=(--extra-index-url "$TORCH_INDEX_URL"); fi
+        if [[ -n ${TORCH_SPEC:-} ]]; then args+=("$TORCH_SPEC"); fi
         if [[ -f $REQS ]]; then args+=(-r "$REQS"); else args+=("${DEFAULT_REQS[@]}"); fi
         say "pip install ${args[*]}  (torch is a large download the first time)"
     else
