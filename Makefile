@@ -10,6 +10,9 @@ OUT     ?= grade-results
 DEST    ?=
 SOLUTIONS ?=
 
+# third-party pytest plugins a shared Python may carry cost startup time and add nothing here
+export PYTEST_DISABLE_PLUGIN_AUTOLOAD := 1
+
 # pytest options shared by the grading targets: short output, our own table at the end
 GRADE_OPTS := -q --no-header -p no:cacheprovider -rfEs $(if $(TASK),--task=$(TASK)) $(if $(SOLUTIONS),--solutions) $(ARGS)
 

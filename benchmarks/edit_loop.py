@@ -1,8 +1,9 @@
 """How long a student waits: edit one lab 1 task, re-run its test, read the verdict.
 
-Measured in one run, on one GPU: the grader's edit-and-retest loop (warm: fork server up, the
-other tasks cached), the same kernel rebuilt through torch.utils.cpp_extension.load_inline after
-the same edit (the usual alternative), and grading all of lab 1 from a cold build cache.
+Measured in one run, on one GPU: the grader's edit-and-retest loop, `make test-lab1 TASK=01`
+(warm: fork server up, the other tasks cached); the same kernel rebuilt through
+torch.utils.cpp_extension.load_inline after the same edit (the usual alternative); and grading
+all of lab 1 from a cold build cache.
 
     python benchmarks/edit_loop.py          (or: make bench-grader)
 """

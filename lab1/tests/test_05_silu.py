@@ -1,8 +1,6 @@
 """Checks for lab1/05_silu.cu: SiLU on host buffers, with the student's own allocation, copies and
 error checking."""
 
-import numpy as np
-
 from grader.context import RunContext
 from grader.spec import Case, Entry, HostIn, HostOut, Rule, Size, Task
 from grader.static_checks import NO_LIBRARIES
@@ -30,6 +28,8 @@ def baseline(v, o):
 
 def impossible_size_returns_an_error(ctx: RunContext) -> None:
     """An allocation that cannot succeed must come back as an error code, not a crash."""
+    import numpy as np
+
     silu = ctx.entry("silu")
     tiny_x, tiny_y = np.zeros(1, np.float32), np.zeros(1, np.float32)
     n = 1 << 42  # 16 TiB of floats: no GPU has that much memory
@@ -44,6 +44,7 @@ def impossible_size_returns_an_error(ctx: RunContext) -> None:
 
 def no_device_memory_leak(ctx: RunContext) -> None:
     """Repeated calls must give back what they allocate."""
+    import numpy as np
     import torch
 
     silu = ctx.entry("silu")
