@@ -75,7 +75,7 @@ release: $(STAMP) ## export a student tree without solutions: make release DEST=
 	$(PY) -m grader release $(DEST)
 
 lint: $(STAMP) ## ruff over the Python code
-	$(PY) -m ruff check grader tests benchmarks lab*/tests
+	$(PY) -m ruff check grader tests benchmarks $(LABS)
 
 clean: ## remove build outputs and caches (keeps .venv)
 	rm -rf .build grade-results .pytest_cache .ruff_cache

@@ -1,0 +1,148 @@
+"""Deliberately broken lab 1 submissions, written as edits to the reference solutions.
+
+tests/test_broken_variants.py applies each edit, grades the result and expects the verdict
+given here. Keeping them as edits means they follow the solutions: if a solution changes so
+that an edit no longer applies, the test says so instead of grading a stale copy.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Variant(NamedTuple):
+    solution: str  # file in lab1/solutions/
+    edits: list[tuple[str, str]]  # (text in the solution, what replaces it)
+    verdicts: set[str]  # any of these is right
+    words: str  # the message must contain this (case-insensitive)
+    why: str
+
+
+SAXPY_BODY = "    if (i < n) out[i] = alpha * x[i] + y[i];"
+
+VARIANTS: dict[str, Variant] = {
+    "01_vector_add.never_written": Variant(
+        "01_vector_add.cu",
+        [("    if (i < n) c[i] = a[i] + b[i];", "    float sum = (i < n) ? a[i] + b[i] : 0.0f;\n    (void)sum;")],
+        {"wrong"},
+        "never written",
+        "computes but never stores",
+    ),
+    "02_matrix_add.guard_off_by_one": Variant(
+        "02_matrix_add.cu",
+        [("row < rows", "row <= rows")],
+        {"wrong"},
+        "out of bounds",
+        "a guard that lets one row past the end",
+    ),
+    "03_saxpy.no_guard": Variant(
+        "03_saxpy.cu",
+        [(SAXPY_BODY, "    out[i] = alpha * x[i] + y[i];")],
+        {"wrong"},
+        "out of bounds",
+        "no bounds guard",
+    ),
+    "03_saxpy.infinite_loop": Variant(
+        "03_saxpy.cu",
+        [(SAXPY_BODY, "    for (int k = i; k < n; k += 0) out[k] = alpha * x[k] + y[k];")],
+        {"timeout"},
+        "never finishes",
+        "a loop that never ends",
+    ),
+    "03_saxpy.illegal_address": Variant(
+        "03_saxpy.cu",
+        [(SAXPY_BODY, "    if (i < n) out[i + ((size_t)(i + 1) << 36)] = alpha * x[i] + y[i];")],
+        {"crash"},
+        "illegal memory access",
+        "writes hundreds of GB past its output",
+    ),
+    "04_swap_pairs.writes_input": Variant(
+        "04_swap_pairs.cu",
+        [
+            (
+                "        out[g + 1] = tile[t2];\n",
+                "        out[g + 1] = tile[t2];\n        const_cast<float*>(in)[g] = 0.0f;\n",
+            )
+        ],
+        {"wrong"},
+        "was modified",
+        "overwrites its input",
+    ),
+    "04_swap_pairs.sync_misplaced": Variant(
+        "04_swap_pairs.cu",
+        [
+            (
+                "    const int base = blockIdx.x * TILE;  // first element of this block\n",
+                "    const int base = blockIdx.x * TILE;  // first element of this block\n    __syncthreads();\n",
+            ),
+            (
+                "    // other warps, which may not have run yet. Every thread reaches this barrier.\n"
+                "    __syncthreads();\n",
+                "",
+            ),
+        ],
+        {"wrong", "sanitizer"},
+        "",
+        "the barrier sits before the loads, so nothing orders loads and reads",
+    ),
+    "05_silu.unchecked": Variant(
+        "05_silu.cu",
+        [
+            ("    if (n > SIZE_MAX / sizeof(float)) return cudaErrorMemoryAllocation;\n", ""),
+            ("CUDA_CHECK(cudaMalloc(&d_x, bytes));", "cudaMalloc(&d_x, bytes);"),
+            ("CUDA_CHECK(cudaMalloc(&d_y, bytes));", "cudaMalloc(&d_y, bytes);"),
+            (
+                "CUDA_CHECK(cudaMemcpy(d_x, x, bytes, cudaMemcpyHostToDevice));",
+                "cudaMemcpy(d_x, x, bytes, cudaMemcpyHostToDevice);",
+            ),
+            ("        CUDA_CHECK(cudaGetLastError());\n", ""),
+            (
+                "CUDA_CHECK(cudaMemcpy(y, d_y, bytes, cudaMemcpyDeviceToHost));",
+                "cudaMemcpy(y, d_y, bytes, cudaMemcpyDeviceToHost);",
+            ),
+            ("    cudaError_t err = run();", "    cudaError_t err = run();\n    err = cudaSuccess;"),
+        ],
+        {"wrong"},
+        "returned cudaSuccess",
+        "checks no runtime call",
+    ),
+    "05_silu.leaks": Variant(
+        "05_silu.cu", [("    CUDA_CHECK(cudaFree(d_y));\n", "")], {"wrong"}, "leaks", "never frees one of its buffers"
+    ),
+    "06_max_pool.sync_misplaced": Variant(
+        "06_max_pool.cu",
+        [
+            ("    }\n    __syncthreads();\n\n    const int r", "    }\n\n    const int r"),
+            (
+                "    const int col0 = blockIdx.x * TILE;\n",
+                "    const int col0 = blockIdx.x * TILE;\n    __syncthreads();\n",
+            ),
+        ],
+        {"wrong", "sanitizer"},
+        "",
+        "the barrier sits before the loads instead of between loads and reads",
+    ),
+    "07_histogram.no_zero": Variant(
+        "07_histogram.cu",
+        [("    CUDA_CHECK(cudaMemsetAsync(bins, 0, BINS * sizeof(unsigned int)));\n", "")],
+        {"wrong"},
+        "wrong",
+        "forgets to zero the bins",
+    ),
+}
+
+# one grading run per batch: each batch mixes tasks, so a hang or a crash must not stop the rest
+BATCHES = [
+    [
+        "01_vector_add.never_written",
+        "02_matrix_add.guard_off_by_one",
+        "03_saxpy.infinite_loop",
+        "04_swap_pairs.writes_input",
+        "05_silu.unchecked",
+        "06_max_pool.sync_misplaced",
+        "07_histogram.no_zero",
+    ],
+    ["03_saxpy.illegal_address", "05_silu.leaks"],
+    ["03_saxpy.no_guard"],
+]
+SANITIZED = ["04_swap_pairs.sync_misplaced"]  # graded with compute-sanitizer as well
