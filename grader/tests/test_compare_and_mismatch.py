@@ -66,3 +66,12 @@ def test_report_lists_indices_and_errors():
     got[7] = 3.0
     report = judge("out", got, ref, 1e-5, 1e-5, None)
     assert "1 of 100" in report and "[7]" in report and "got 3" in report and "max abs error 3" in report
+
+
+def test_border_and_tile_edge_patterns():
+    bad = torch.zeros(40, 50, dtype=torch.bool)
+    bad[38, 5] = bad[10, 48] = bad[39, 49] = True
+    assert "bottom/right border" in pattern(bad)
+    bad = torch.zeros(40, 50, dtype=torch.bool)
+    bad[3, 14] = bad[20, 29] = bad[13, 2] = True
+    assert "edge of each 16×16 tile" in pattern(bad)
