@@ -42,6 +42,11 @@ class Recorder:
         tmp.replace(self.path)
 
 
+def _is_cuda_error(e: BaseException) -> bool:
+    text = str(e)
+    return any(mark in text for mark in ("CUDA error", "CUBLAS_STATUS", "CUDNN_STATUS"))
+
+
 def cuda_failure(e: BaseException, where: str) -> CheckFailure:
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     hint = ""
@@ -229,7 +234,8 @@ def run(spec: Path, lib_path: str, rec: Recorder, timing_mode: str, sanitize: bo
         rec.set(verdict=str(f.verdict), message=f.message, notes=ctx.notes)
         return
     except RuntimeError as e:
-        if isinstance(e, HarnessError):
+        # a CUDA error is the student's crash; any other error is the grader's own bug
+        if isinstance(e, HarnessError) or not _is_cuda_error(e):
             raise
         rec.set(verdict=str(Verdict.CRASH), message=cuda_failure(e, rec.data["phase"]).message, notes=ctx.notes)
         return

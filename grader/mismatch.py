@@ -112,8 +112,8 @@ def _pattern_2d(bad: torch.Tensor) -> str | None:
         return f"only columns ≥ {c0} (of {cols}) are wrong, entirely: columns past a block-width multiple are missed"
     import torch
 
-    r = torch.arange(rows).unsqueeze(1)
-    c = torch.arange(cols).unsqueeze(0)
+    r = torch.arange(rows, device=bad.device).unsqueeze(1)
+    c = torch.arange(cols, device=bad.device).unsqueeze(0)
     border = (r >= rows - 3) | (c >= cols - 3)
     if not bool((bad & ~border).any()):
         return "errors only along the bottom/right border: check how windows are clipped at the edges"
