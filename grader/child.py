@@ -98,11 +98,11 @@ def check_outputs(task: Task, entry: Entry, outs: dict[str, Guarded], expected: 
             raise CheckFailure(Verdict.WRONG, f"{where}: {report}")
 
 
-def run_case(task: Task, entry: Entry, ep: EntryPoint, case: Case, ctx: RunContext) -> dict[str, Any]:
+def run_case(task: Task, entry: Entry, ep: EntryPoint, case: Case, ctx: RunContext, draw: int = 0) -> dict[str, Any]:
     import torch
 
-    where = f"{entry.symbol}, case {case.label}"
-    inputs = task.make_inputs(case.params, Rng(seed_for(task, case.label), "cuda"))
+    where = f"{entry.symbol}, case {case.label}" + (f" (random draw {draw + 1})" if draw else "")
+    inputs = task.make_inputs(case.params, Rng(seed_for(task, case.label, draw), "cuda"))
     for arg in entry.buffers("in") + entry.buffers("inout"):
         if arg.host:
             inputs[arg.name] = inputs[arg.name].cpu().contiguous()
@@ -219,9 +219,11 @@ def run(spec: Path, lib_path: str, rec: Recorder, timing_mode: str, sanitize: bo
         for case in task.cases:
             if sanitize and not case.small:
                 continue
+            draws = task.seeds if case.small and not sanitize else 1
             for entry in task.entries:
-                rec.set(phase=f"{entry.symbol}, case {case.label}")
-                rec.data["cases"].append(run_case(task, entry, eps[entry.symbol], case, ctx))
+                for draw in range(draws):
+                    rec.set(phase=f"{entry.symbol}, case {case.label}")
+                    rec.data["cases"].append(run_case(task, entry, eps[entry.symbol], case, ctx, draw))
         if timing_mode != "off" and not sanitize and task.timing_case:
             case = next(c for c in task.cases if c.label == task.timing_case)
             budget = timing.BENCH if timing_mode == "bench" else timing.QUICK

@@ -12,10 +12,10 @@ from grader.spec import Rng, Task
 from grader.verdict import CheckFailure, Verdict
 
 
-def seed_for(task: Task, label: str) -> int:
-    """Deterministic per task and case; GRADER_SEED (a CI secret) moves every input."""
+def seed_for(task: Task, label: str, draw: int = 0) -> int:
+    """Deterministic per task, case and draw; GRADER_SEED (a CI secret) moves every input."""
     secret = os.environ.get("GRADER_SEED", "")
-    return int(hashlib.sha256(f"{secret}/{task.task_id}/{label}".encode()).hexdigest()[:12], 16)
+    return int(hashlib.sha256(f"{secret}/{task.task_id}/{label}/{draw}".encode()).hexdigest()[:12], 16)
 
 
 @dataclass

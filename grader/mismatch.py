@@ -73,6 +73,11 @@ def _largest_block(i: int) -> int:
     return b
 
 
+def _ordinal(k: int) -> str:
+    suffix = "th" if 10 <= k % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(k % 10, "th")
+    return f"{k}{suffix}"
+
+
 def _pattern_1d(bad: torch.Tensor) -> str | None:
     n = bad.numel()
     idx = bad.nonzero().flatten()
@@ -95,7 +100,9 @@ def _pattern_1d(bad: torch.Tensor) -> str | None:
     for p in (256, 128, 64, 32, 16, 8, 4, 2):  # the largest stride that explains every error
         residues = (idx % p).unique()
         if residues.numel() == 1 and count >= max(2, (n // p) // 2):
-            return f"every {p}th element (indices ≡ {int(residues[0])} mod {p}): a stride or index-scaling error"
+            return (
+                f"every {_ordinal(p)} element (indices ≡ {int(residues[0])} mod {p}): a stride or index-scaling error"
+            )
     return None
 
 

@@ -169,6 +169,7 @@ class Task:
     timing_case: str | None = None  # label of the case that is timed
     rules: Sequence[Rule] = ()
     checks: Sequence[Callable[[RunContext], None]] = ()  # custom checks, run before the cases
+    seeds: int = 2  # small cases run with this many different random inputs
     points: float = 10.0
     perf: Sequence[PerfTarget] = ()
     spec_file: str = ""  # filled in by the grader: where this spec was loaded from
