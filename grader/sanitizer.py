@@ -61,16 +61,17 @@ def parse(tool: str, output: str, source: Path) -> list[Finding]:
     name = source.name
     for i, line in enumerate(lines):
         if tool == "racecheck" and (m := _HAZARD.search(line)):
-            locs = [a for a in (_AT.search(f) for f in lines[i + 1 : i + 3]) if a and Path(a["file"]).name == name]
-            if locs:
-                other = f" and line {locs[1]['line']}" if len(locs) > 1 and locs[1]["line"] != locs[0]["line"] else ""
+            pair = [f for f in lines[i + 1 : i + 3] if (a := _AT.search(f)) and Path(a["file"]).name == name]
+            if pair:
+                accesses = ", ".join(f"{f.split()[0].lower()} at line {_AT.search(f)['line']}" for f in pair)
                 scope = " within a warp" if "Warp Level" in line else ""
+                first_line = int(_AT.search(pair[0])["line"])
                 findings.append(
                     Finding(
                         tool,
-                        f"shared-memory {m['kind']} hazard{scope}{other}",
+                        f"shared-memory {m['kind']} hazard{scope} ({accesses})",
                         name,
-                        int(locs[0]["line"]),
+                        first_line,
                         "no __syncthreads() orders these accesses",
                     )
                 )

@@ -44,4 +44,4 @@ def test_memcheck_keeps_only_the_task_source():
 
 def test_hazard_report_format_is_read_once_per_pair_of_lines():
     (f,) = parse("racecheck", HAZARD, Path("lab1/04_swap_pairs.cu"))
-    assert f.line == 28 and "RAW hazard within a warp and line 34" in f.what
+    assert f.line == 28 and "RAW hazard within a warp (write at line 28, read at line 34)" in f.what
