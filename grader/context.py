@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grader.ffi import EntryPoint, Library
-from grader.spec import Rng, Task
+from grader.spec import Task
 from grader.verdict import CheckFailure, Verdict
 
 
@@ -27,9 +27,6 @@ class RunContext:
 
     def entry(self, symbol: str, args: Any = None) -> EntryPoint:
         return self.lib.function(symbol, args if args is not None else self.task.entry(symbol).args)
-
-    def rng(self, label: str) -> Rng:
-        return Rng(seed_for(self.task, label), self.device)
 
     def note(self, text: str) -> None:
         self.notes.append(text)

@@ -17,21 +17,24 @@ def pairs() -> list[tuple[Path, Path]]:
     return found
 
 
-def drifted() -> list[str]:
-    """Student files that differ from what their solution generates."""
+def _stale() -> list[tuple[Path, str]]:
+    """(student file, the text it should have) for every student file that differs."""
     out = []
     for sol, student in pairs():
         want = make_skeleton(sol.read_text(), paths.rel(sol))
         if not student.exists() or student.read_text() != want:
-            out.append(paths.rel(student))
+            out.append((student, want))
     return out
 
 
+def drifted() -> list[str]:
+    """Student files that differ from what their solution generates."""
+    return [paths.rel(student) for student, _ in _stale()]
+
+
 def write_all() -> list[str]:
-    written = []
-    for sol, student in pairs():
-        want = make_skeleton(sol.read_text(), paths.rel(sol))
-        if not student.exists() or student.read_text() != want:
-            student.write_text(want)
-            written.append(paths.rel(student))
-    return written
+    """Regenerates the stale student files; returns their names."""
+    stale = _stale()
+    for student, want in stale:
+        student.write_text(want)
+    return [paths.rel(student) for student, _ in stale]

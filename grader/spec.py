@@ -206,11 +206,6 @@ class Rng:
 
         return torch.randn(*shape, generator=self.gen, device=self.device)
 
-    def uniform(self, *shape: int, low: float = -1.0, high: float = 1.0) -> torch.Tensor:
-        import torch
-
-        return torch.rand(*shape, generator=self.gen, device=self.device) * (high - low) + low
-
     def integers(self, low: int, high: int, *shape: int, dtype: str = "i32") -> torch.Tensor:
         import torch
 
