@@ -86,6 +86,8 @@ class Session:
             self._pending[r.task_id] = r
         result = self._pending.pop(task.task_id)
         result.points, result.max_points = rubric.score(task, result)
+        if result.verdict == Verdict.PASS:
+            result.notes += rubric.perf_report(task, result)
         self.results.append(result)
         return result
 

@@ -60,6 +60,9 @@ def markdown(results: list[TaskResult], env: dict[str, Any]) -> str:
                 f"| {r.task_id} | `{k.kernel}` | {k.registers} | {k.spill_stores}/{k.spill_loads} | {k.smem_bytes} B |"
             )
         lines.append("")
+    noted = [(r, n) for r in results for n in r.notes if not n.startswith("built in")]
+    if noted:
+        lines += ["## Notes", ""] + [f"- {r.task_id}: {n}" for r, n in noted] + [""]
     failing = [r for r in results if r.message and str(r.verdict) != "pass"]
     if failing:
         lines.append("## Details")

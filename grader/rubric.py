@@ -34,13 +34,28 @@ def score(task: Task, result: TaskResult) -> tuple[float, float]:
     return points, max_points
 
 
-def describe(task: Task) -> list[str]:
-    lines = [f"{task.points:g} points when every check passes"]
-    for p in task.perf:
-        what = {"share_of_copy": "of the measured copy bandwidth", "speedup": "× torch's speed"}.get(
-            p.metric, f"× the speed of {p.metric.split(':', 1)[-1]}"
-        )
+def _what(target: PerfTarget) -> str:
+    if target.metric == "share_of_copy":
+        return "of the copy bandwidth"
+    if target.metric == "speedup":
+        return "the speed of torch"
+    return f"the speed of {target.metric.split(':', 1)[1]}"
+
+
+def _fmt(target: PerfTarget, value: float) -> str:
+    return f"{value:.0%}" if target.metric == "share_of_copy" else f"{value:.3g}×"
+
+
+def perf_report(task: Task, result: TaskResult) -> list[str]:
+    """One line per performance target: what was reached, against what, and the points."""
+    lines = []
+    for t in task.perf:
+        value = metric(result, t)
+        if value is None:
+            continue
+        met = value >= t.target and result.verdict == Verdict.PASS
         lines.append(
-            f"+{p.points:g} when {p.entry} reaches {p.target:g}{' ' if p.metric != 'share_of_copy' else ''}{what}"
+            f"performance: {t.entry} reached {_fmt(t, value)} {_what(t)} (target {_fmt(t, t.target)}): "
+            + (f"+{t.points:g} points" if met else "no performance points")
         )
     return lines

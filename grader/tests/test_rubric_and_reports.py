@@ -2,7 +2,7 @@ import json
 
 from grader.report_files import markdown, write_json
 from grader.report_terminal import table
-from grader.rubric import score
+from grader.rubric import perf_report, score
 from grader.spec import PerfTarget, Task
 from grader.verdict import TaskResult, Timing, Verdict
 
@@ -44,3 +44,10 @@ def test_reports(tmp_path):
     assert doc["total"] == {"points": 12, "max_points": 12} and doc["tasks"][1]["verdict"] == "wrong"
     md = markdown([r, w], env)
     assert "| lab1/03 saxpy | pass |" in md and "1 of 2 wrong" in md
+
+
+def test_performance_report_names_value_target_and_points():
+    (line,) = perf_report(task(), result(Verdict.PASS, 0.9))
+    assert "saxpy reached 90% of the copy bandwidth (target 80%): +2 points" in line
+    (line,) = perf_report(task(), result(Verdict.WRONG, 0.9))
+    assert line.endswith("no performance points")
