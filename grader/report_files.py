@@ -38,13 +38,13 @@ def markdown(results: list[TaskResult], env: dict[str, Any]) -> str:
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
-        t = r.timings[0] if r.timings else None
-        speed = f"{t.speedup:.2f}×" if t and t.speedup else ""
-        share = f"{t.share_of_copy:.0%}" if t and t.share_of_copy is not None else ""
-        lines.append(
-            f"| {r.task_id} {r.title} | {r.verdict} | {fmt_ms(t.median_ms) if t else ''} | {speed} | "
-            f"{share} | {r.points:g} / {r.max_points:g} |"
-        )
+        for k, t in enumerate(r.timings or [None]):
+            name = f"{r.task_id} {r.title}" if k == 0 else "↳"
+            name += f" (`{t.entry}`)" if t and len(r.timings) > 1 else ""
+            speed = f"{t.speedup:.2f}×" if t and t.speedup else ""
+            share = f"{t.share_of_copy:.0%}" if t and t.share_of_copy is not None else ""
+            verdict, points = (str(r.verdict), f"{r.points:g} / {r.max_points:g}") if k == 0 else ("", "")
+            lines.append(f"| {name} | {verdict} | {fmt_ms(t.median_ms) if t else ''} | {speed} | {share} | {points} |")
     total = sum(r.points for r in results)
     lines += ["", f"**Total: {total:g} / {sum(r.max_points for r in results):g}**", ""]
     kernels = [(r, k) for r in results for k in r.kernels]
