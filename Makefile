@@ -61,7 +61,8 @@ grade: $(STAMP) ## grade every lab (benchmark timing + sanitizer) into OUT=dir: 
 bench-lab1: $(STAMP) ## time lab 1 carefully (longer runs, benchmark targets)
 	$(PYTEST) lab1/tests $(GRADE_OPTS) --timing=bench
 
-bench-grader: $(STAMP) ## time the edit-and-retest loop against torch's load_inline (GPU)
+bench-grader: $(STAMP) ## time the edit-and-retest loop against torch's load_inline (GPU, instructors)
+	@test -f benchmarks/edit_loop.py || { echo "bench-grader is an instructor tool: not part of a student release"; exit 2; }
 	$(PY) benchmarks/edit_loop.py
 
 sanitize-lab1: $(STAMP) ## run lab 1 under compute-sanitizer memcheck and racecheck (small sizes)

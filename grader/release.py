@@ -8,8 +8,8 @@ from pathlib import Path
 
 from grader import paths
 
-# instructor-only: solutions, and CI that grades them
-EXCLUDE_PARTS = {"solutions"}
+# instructor-only: solutions, the benchmark that edits them, and CI that grades them
+EXCLUDE_PARTS = {"solutions", "benchmarks"}
 EXCLUDE_FILES = {".github/workflows/gpu.yml"}
 
 
