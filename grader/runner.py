@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -57,7 +58,7 @@ def grade(tasks: list[Task], opts: Options, sources: dict[str, Path] | None = No
     to_build = [t for t in tasks if t.task_id not in early]
     gpu = toolchain.has_gpu()
     scratch = Path(tempfile.mkdtemp(prefix="grader-"))
-    # the first child imports torch while nvcc builds
+    # the first task's process starts (imports torch, or sets up CUDA when forked) while nvcc builds
     first = new_child(Path(to_build[0].spec_file), scratch / "0.json", opts.timing) if gpu and to_build else None
     try:
         builds = build_all([sources[t.task_id] for t in to_build]) if to_build else {}
@@ -69,17 +70,22 @@ def grade(tasks: list[Task], opts: Options, sources: dict[str, Path] | None = No
             early[t.task_id] = _result(t, sources[t.task_id], Verdict.COMPILE_ERROR, str(e))
     build_seconds = time.perf_counter() - t0
     pending = first
-    for i, t in enumerate(tasks):
-        if t.task_id in early:
-            yield early[t.task_id]
-            continue
-        b = builds[sources[t.task_id]]
-        child, pending = pending, None
-        res = _grade_built(t, b, opts, gpu, scratch / f"{i}.json", child)
-        res.notes = notes.get(t.task_id, []) + res.notes
-        if b.cached is False:
-            res.notes.append(f"built in {build_seconds:.1f} s")
-        yield res
+    try:
+        for i, t in enumerate(tasks):
+            if t.task_id in early:
+                yield early[t.task_id]
+                continue
+            b = builds[sources[t.task_id]]
+            child, pending = pending, None
+            res = _grade_built(t, b, opts, gpu, scratch / f"{i}.json", child)
+            res.notes = notes.get(t.task_id, []) + res.notes
+            if b.cached is False:
+                res.notes.append(f"built in {build_seconds:.1f} s")
+            yield res
+    finally:  # also when the consumer stops early (pytest -x)
+        if pending is not None:
+            pending.kill()
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _grade_built(
