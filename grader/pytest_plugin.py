@@ -146,6 +146,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     s = session.config.stash.get(_KEY, None)
+    if s is not None and s._stream is not None:
+        s._stream.close()  # lets the runner clean up its scratch folder now, not at interpreter exit
     out = session.config.getoption("--grade-dir", default="")
     if not s or not out:
         return
