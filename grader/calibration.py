@@ -10,21 +10,9 @@ from typing import Any
 
 from grader.compare import judge
 from grader.context import seed_for
-from grader.spec import Buffer, Case, Entry, Rng, Task, torch_dtype
+from grader.spec import Buffer, Entry, Rng, Task, clone_values, torch_dtype
 
 MAX_ELEMENTS = 1 << 21  # larger cases add time, not evidence
-
-
-def _clone(values: dict[str, Any]) -> dict[str, Any]:
-    return {k: v.clone() if hasattr(v, "clone") else v for k, v in values.items()}
-
-
-def _size(case: Case) -> int:
-    n = 1
-    for v in case.params.values():
-        if isinstance(v, int):
-            n *= max(v, 1)
-    return n
 
 
 def fakes(entry: Entry, inputs: dict[str, Any], out: Buffer, expected: Any, shape: tuple[int, ...]) -> dict[str, Any]:
@@ -48,12 +36,12 @@ def fakes(entry: Entry, inputs: dict[str, Any], out: Buffer, expected: Any, shap
 def calibrate(task: Task) -> list[str]:
     """Problems found; an empty list means every fake fails somewhere and the reference passes."""
     problems: list[str] = []
-    cases = [c for c in task.cases if _size(c) <= MAX_ELEMENTS] or list(task.cases[:1])
+    cases = [c for c in task.cases if c.size <= MAX_ELEMENTS] or list(task.cases[:1])
     for entry in task.entries:
         caught: dict[tuple[str, str], bool] = {}
         for case in cases:
             inputs = task.make_inputs(case.params, Rng(seed_for(task, case.label), "cpu"))
-            expected = entry.reference(_clone(inputs))
+            expected = entry.reference(clone_values(inputs))
             shapes = task.output_shapes(inputs)
             for out in entry.buffers("out") + entry.buffers("inout"):
                 atol, rtol = task.tol(out.dtype)

@@ -23,7 +23,7 @@ from grader.compare import judge
 from grader.context import RunContext, returned_error, seed_for
 from grader.ffi import EntryPoint, HarnessError, Library
 from grader.loader import load_task
-from grader.spec import Buffer, Case, Entry, Rng, Task
+from grader.spec import Buffer, Case, Entry, Rng, Task, clone_values
 from grader.verdict import CheckFailure, Verdict
 
 
@@ -98,16 +98,22 @@ def check_outputs(task: Task, entry: Entry, outs: dict[str, Guarded], expected: 
             raise CheckFailure(Verdict.WRONG, f"{where}: {report}")
 
 
-def run_case(task: Task, entry: Entry, ep: EntryPoint, case: Case, ctx: RunContext, draw: int = 0) -> dict[str, Any]:
-    import torch
-
-    where = f"{entry.symbol}, case {case.label}" + (f" (random draw {draw + 1})" if draw else "")
+def inputs_and_reference(task: Task, entry: Entry, case: Case, draw: int = 0) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The case's seeded inputs (host arguments moved to the CPU) and the reference computed on
+    clones of them, before any student code runs."""
     inputs = task.make_inputs(case.params, Rng(seed_for(task, case.label, draw), "cuda"))
     for arg in entry.buffers("in") + entry.buffers("inout"):
         if arg.host:
             inputs[arg.name] = inputs[arg.name].cpu().contiguous()
-    clones = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
-    expected = entry.reference({k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()})
+    return inputs, entry.reference(clone_values(inputs))
+
+
+def run_case(task: Task, entry: Entry, ep: EntryPoint, case: Case, ctx: RunContext, draw: int = 0) -> dict[str, Any]:
+    import torch
+
+    where = f"{entry.symbol}, case {case.label}" + (f" (random draw {draw + 1})" if draw else "")
+    inputs, expected = inputs_and_reference(task, entry, case, draw)
+    clones = clone_values(inputs)
     shapes = task.output_shapes(inputs)
     values, outs = prepare(task, entry, inputs, shapes)
     try:
@@ -149,11 +155,7 @@ def time_entry(
 ) -> dict[str, Any]:
     import torch
 
-    inputs = task.make_inputs(case.params, Rng(seed_for(task, case.label), "cuda"))
-    for arg in entry.buffers("in"):
-        if arg.host:
-            inputs[arg.name] = inputs[arg.name].cpu().contiguous()
-    expected = entry.reference({k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()})
+    inputs, expected = inputs_and_reference(task, entry, case)
     shapes = task.output_shapes(inputs)
     values, outs = prepare(task, entry, inputs, shapes)
     marshalled = ep.marshal(values)

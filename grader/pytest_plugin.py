@@ -100,7 +100,6 @@ def grade(request: pytest.FixtureRequest, record_property: Callable[[str, Any], 
     session = request.config.stash[_KEY]
 
     def run(task: Task) -> None:
-        task.spec_file = str(Path(str(request.module.__file__)).resolve())
         r = session.result_for(task, request.session.items)
         record_property("verdict", str(r.verdict))
         record_property("points", f"{r.points:g}/{r.max_points:g}")

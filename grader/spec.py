@@ -89,6 +89,11 @@ def Float(name: str) -> Scalar:  # noqa: N802
 Values = dict[str, Any]
 
 
+def clone_values(values: Values) -> Values:
+    """A copy whose tensors can be changed without touching the originals."""
+    return {k: v.clone() if hasattr(v, "clone") else v for k, v in values.items()}
+
+
 @dataclass(frozen=True)
 class Entry:
     """One C entry point: `symbol(args...)` returning cudaError_t.
@@ -124,11 +129,16 @@ class Case:
     def __init__(self, label: str, small: bool | None = None, **params: Any) -> None:
         object.__setattr__(self, "label", label)
         object.__setattr__(self, "params", params)
-        size = 1
-        for v in params.values():
+        object.__setattr__(self, "small", self.size <= 1 << 16 if small is None else small)
+
+    @property
+    def size(self) -> int:
+        """Product of the integer parameters: roughly how many elements the case touches."""
+        n = 1
+        for v in self.params.values():
             if isinstance(v, int):
-                size *= max(v, 1)
-        object.__setattr__(self, "small", size <= 1 << 16 if small is None else small)
+                n *= max(v, 1)
+        return n
 
 
 @dataclass(frozen=True)
