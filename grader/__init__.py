@@ -1,16 +1,16 @@
-"""The course grader: builds student kernels with nvcc, checks them against PyTorch, times them.
+"""The course grader: builds student code, runs it isolated, checks it against PyTorch, times it.
 
-Module map (one concern each):
-  spec.py        how a task declares its entry points, inputs, reference and rules
-  regions.py     TODO regions: skeleton generation and "not started" detection
-  static_checks.py  per-lab and per-task source rules
-  toolchain.py   finding nvcc, the GPU and its architecture
-  build.py       nvcc builds (content-hashed, in parallel through ninja); ptxas.py reads -Xptxas -v
-  isolation.py   runs one task in a child process with a timeout; child.py is that process
-  ffi.py         ctypes calls with argument checks; buffers.py guarded outputs; compare.py and
-                 mismatch.py judge outputs; timing.py times kernels against a torch baseline
-  sanitizer.py   compute-sanitizer runs and their findings
-  runner.py      grade one task: static checks -> build -> run -> sanitizer -> TaskResult
-  rubric.py, report_*.py   scores and reports;  pytest_plugin.py  the pytest front end
-  verify.py, release.py, cli.py   instructor commands
+The folders follow the processes and roles:
+  tasks/       how a task is declared (spec.py: Task and its kinds, rules.py, regions.py) and
+               found (catalogue.py); imported by every process, never imports torch at load
+  build/       building student code in the grading process: nvcc.py (ninja, content-hashed), ptxas.py
+  parent/      the grading process: runner.py (static checks -> build -> task process -> score),
+               isolation.py and forkserver.py (task processes), static_checks.py, sanitizer.py, scoring.py
+  child/       the task process, where student code runs: __main__.py reads a ChildJob and hands
+               it to the runner of its kind (cudalib.py, ...); ffi.py, buffers.py, compare.py,
+               mismatch.py and timing.py are its tools
+  report/      what a grade says: terminal.py (the student's table), files.py (JSON, Markdown), envinfo.py
+  instructor/  verify.py, release.py, skeletons.py, calibration.py
+  records.py   the typed records that cross between the processes (ChildJob, ChildReport, TaskResult)
+  pytest_plugin.py, cli.py   the front ends: pytest (make test-labN), python -m grader (instructors)
 """

@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from grader import skeletons
-from grader.regions import RegionError
+from grader.instructor import skeletons
+from grader.tasks.regions import RegionError
 
 
 def say(text: str) -> None:
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
 
     if a.cmd == "verify":
-        from grader.verify import verify
+        from grader.instructor.verify import verify
 
         return verify(a.labs, say)
     if a.cmd == "skeletons":
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
             say(f"error: {e}")
             return 1
     if a.cmd == "release":
-        from grader.release import release
+        from grader.instructor.release import release
 
         try:
             copied = release(a.dest)

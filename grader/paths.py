@@ -15,10 +15,6 @@ def labs() -> list[Path]:
     return sorted((p for p in ROOT.iterdir() if p.is_dir() and LAB_RE.match(p.name)), key=lambda p: int(p.name[3:]))
 
 
-def spec_files(lab: Path) -> list[Path]:
-    return sorted((lab / "tests").glob("test_[0-9][0-9]_*.py"))
-
-
 def student_source(lab: Path, name: str) -> Path:
     return lab / name
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from grader import paths
-from grader.loader import load_task
-from grader.spec import Task
+from grader.tasks import catalogue
+from grader.tasks.spec import Task
 
 
 def all_tasks() -> list[Task]:
-    return [load_task(f) for lab in paths.labs() for f in paths.spec_files(lab)]
+    return catalogue.all_tasks()
 
 
 @pytest.fixture(scope="session")

@@ -10,9 +10,11 @@ from types import ModuleType
 
 import pytest
 
-from grader import build, paths, runner, toolchain
-from grader.loader import load_task
-from grader.verdict import TaskResult
+from grader import paths, toolchain
+from grader.build import nvcc as build
+from grader.parent import runner
+from grader.records import TaskResult
+from grader.tasks import catalogue
 
 SOLUTIONS = paths.ROOT / "lab1" / "solutions"
 OUT = paths.BUILD / "broken"
@@ -59,7 +61,7 @@ def test_batches_cover_every_variant():
 
 
 def _grade(names: list[str], sanitize: bool) -> dict[str, TaskResult]:
-    tasks = {f.stem.removeprefix("test_"): load_task(f) for f in paths.spec_files(paths.ROOT / "lab1")}
+    tasks = {Path(t.spec_file).stem.removeprefix("test_"): t for t in catalogue.all_tasks(["lab1"])}
     chosen = [tasks[n.split(".")[0]] for n in names]
     sources = {t.task_id: materialize(n) for t, n in zip(chosen, names, strict=True)}
     opts = runner.Options(timing="off", sanitize=sanitize, timeout=20)

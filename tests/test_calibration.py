@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from grader.calibration import calibrate
+from grader.instructor.calibration import calibrate
 from tests.conftest import all_tasks
 
 

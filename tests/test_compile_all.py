@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from grader import build, paths, toolchain
+from grader import paths, toolchain
+from grader.build import nvcc as build
 
 
 def _sources():

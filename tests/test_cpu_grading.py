@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from grader import paths, skeletons
+from grader import paths
+from grader.instructor import skeletons
 
 
 def _grade(*args: str) -> subprocess.CompletedProcess[str]:

@@ -6,8 +6,10 @@ import re
 
 import pytest
 
-from grader import paths, skeletons
-from grader.regions import find_regions, not_started
+from grader import paths
+from grader.instructor import skeletons
+from grader.tasks import catalogue
+from grader.tasks.regions import find_regions, not_started
 
 PAIRS = skeletons.pairs()
 HAS_SOLUTIONS = bool(PAIRS)
@@ -56,6 +58,6 @@ def test_solution_fills_every_region(pair):
 
 def test_every_task_file_has_a_spec_and_back():
     for lab in paths.labs():
-        specs = {re.sub(r"^test_", "", p.stem) for p in paths.spec_files(lab)}
+        specs = {re.sub(r"^test_", "", p.stem) for p in catalogue.spec_files(lab)}
         files = {p.stem for p in lab.glob("[0-9][0-9]_*.cu")}
         assert specs == files, f"{lab.name}: task files {sorted(files)} vs specs {sorted(specs)}"

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from grader import paths, skeletons
+from grader import paths
+from grader.instructor import skeletons
 
 
 @pytest.mark.skipif(not skeletons.pairs(), reason="no reference solutions here (a student release)")

@@ -1,8 +1,8 @@
 import torch
 
-from grader.buffers import PREFILL, bits, guarded
-from grader.compare import bad_mask, judge
-from grader.mismatch import pattern
+from grader.child.buffers import PREFILL, bits, guarded
+from grader.child.compare import bad_mask, judge
+from grader.child.mismatch import pattern
 
 
 def test_tolerance_is_atol_plus_rtol_times_ref():

@@ -6,15 +6,19 @@ import time
 
 import pytest
 
-from grader import forkserver, paths
-from grader.isolation import Child, child_env
+from grader import paths
+from grader.parent import forkserver
+from grader.parent.isolation import Child, child_env
+from grader.records import ChildJob, Verdict
 
 
 @pytest.fixture
 def server(tmp_path, monkeypatch):
     sock = tmp_path / "fs.sock"
     monkeypatch.setattr(forkserver, "socket_path", lambda: sock)
-    proc = subprocess.Popen([sys.executable, "-m", "grader.forkserver", str(sock)], cwd=paths.ROOT, env=child_env())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "grader.parent.forkserver", str(sock)], cwd=paths.ROOT, env=child_env()
+    )
     deadline = time.time() + 60
     while not sock.exists() and time.time() < deadline:
         time.sleep(0.1)
@@ -27,19 +31,19 @@ def test_forked_child_runs_a_task_and_reports(server, tmp_path):
     spec = paths.ROOT / "lab1" / "tests" / "test_01_vector_add.py"
     sock = forkserver.connect()
     assert sock is not None
-    child = Child(spec, tmp_path / "r.json", "off", server=sock)
-    child.feed(tmp_path / "missing.so")
+    child = Child(tmp_path / "r.json", server=sock)
+    child.feed(ChildJob(spec=str(spec), sources={}, lib=str(tmp_path / "missing.so"), timing="off"))
     run = child.wait(60)
     assert run.returncode == 0 and not run.timed_out
-    assert run.result["verdict"] in ("skipped", "compile error")
+    assert run.result.verdict in (Verdict.SKIPPED, Verdict.COMPILE_ERROR)
 
 
 def test_forked_child_that_hangs_is_killed(server, tmp_path, monkeypatch):
     spec = tmp_path / "test_99_hang.py"
     spec.write_text("import time\ntime.sleep(120)\n")
     sock = forkserver.connect()
-    child = Child(spec, tmp_path / "r.json", "off", server=sock)
+    child = Child(tmp_path / "r.json", server=sock)
     monkeypatch.setenv("GRADER_NO_GPU", "1")
-    child.feed(tmp_path / "x.so")
+    child.feed(ChildJob(spec=str(spec), sources={}, lib=str(tmp_path / "x.so"), timing="off"))
     run = child.wait(1.0)
     assert run.timed_out

@@ -2,8 +2,9 @@ import shutil
 
 import pytest
 
-from grader import build, paths, toolchain
-from grader.ptxas import parse_ptxas
+from grader import paths, toolchain
+from grader.build import nvcc as build
+from grader.build.ptxas import parse_ptxas
 
 LOG = """\
 ptxas info    : 0 bytes gmem

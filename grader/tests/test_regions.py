@@ -1,6 +1,6 @@
 import pytest
 
-from grader.regions import RegionError, find_regions, make_skeleton, not_started, untouched_regions
+from grader.tasks.regions import RegionError, find_regions, make_skeleton, not_started, untouched_regions
 
 SOLUTION = """\
 __global__ void k(float* c) {

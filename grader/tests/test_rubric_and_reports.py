@@ -1,22 +1,21 @@
 import json
 
-from grader.report_files import markdown, write_json
-from grader.report_terminal import table
-from grader.rubric import perf_report, score
-from grader.spec import PerfTarget, Task
-from grader.verdict import TaskResult, Timing, Verdict
+from grader.parent.scoring import perf_report, score
+from grader.records import TaskResult, Timing, Verdict
+from grader.report.files import markdown, write_json
+from grader.report.terminal import table
+from grader.tasks.spec import CudaTask, PerfTarget
 
 
 def task():
-    return Task(
-        "lab1",
-        "03",
-        "saxpy",
-        "03_saxpy.cu",
-        [],
-        [],
-        lambda p, r: {},
-        lambda v: {},
+    return CudaTask(
+        lab="lab1",
+        number="03",
+        title="saxpy",
+        sources=["03_saxpy.cu"],
+        entries=[],
+        cases=[],
+        make_inputs=lambda p, r: {},
         perf=[PerfTarget("saxpy", "share_of_copy", 0.8, 2)],
     )
 

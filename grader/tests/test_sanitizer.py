@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from grader.sanitizer import parse
+from grader.parent.sanitizer import parse
 
 RACE = """\
 ========= COMPUTE-SANITIZER

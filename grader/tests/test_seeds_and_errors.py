@@ -1,10 +1,12 @@
-from grader.child import _is_cuda_error
-from grader.context import seed_for
-from grader.spec import Task
+from grader.child.context import seed_for
+from grader.child.cudalib import _is_cuda_error
+from grader.tasks.spec import CudaTask
 
 
 def task():
-    return Task("lab1", "09", "t", "09_t.cu", [], [], lambda p, r: {}, lambda v: {})
+    return CudaTask(
+        lab="lab1", number="09", title="t", sources=["09_t.cu"], entries=[], cases=[], make_inputs=lambda p, r: {}
+    )
 
 
 def test_secret_seed_moves_every_input(monkeypatch):

@@ -1,10 +1,20 @@
-from grader.spec import Task
-from grader.static_checks import NO_LIBRARIES, check_source, uses_shared_memory
-from grader.verdict import Verdict
+from grader.parent.static_checks import check_source
+from grader.records import Verdict
+from grader.tasks.rules import NO_LIBRARIES, uses_shared_memory
+from grader.tasks.spec import CudaTask
 
 
 def task(*rules):
-    return Task("lab1", "09", "t", "09_t.cu", [], [], lambda p, r: {}, lambda v: {}, rules=list(rules))
+    return CudaTask(
+        lab="lab1",
+        number="09",
+        title="t",
+        sources=["09_t.cu"],
+        entries=[],
+        cases=[],
+        make_inputs=lambda p, r: {},
+        rules=list(rules),
+    )
 
 
 def test_library_include_is_a_rule_violation_with_its_line():

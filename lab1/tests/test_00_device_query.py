@@ -2,9 +2,8 @@
 
 import ctypes
 
-from grader.context import RunContext
-from grader.spec import Case, Entry, Int, Out, Task
-from grader.static_checks import NO_LIBRARIES
+from grader.child.context import RunContext
+from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, Int, Out
 
 
 class DeviceInfo(ctypes.Structure):
@@ -84,11 +83,11 @@ def output_shapes(v):
     return {"block_ids": (n,), "thread_ids": (n,)}
 
 
-TASK = Task(
+TASK = CudaTask(
     lab="lab1",
     number="00",
     title="device query + first kernel",
-    source="00_device_query.cu",
+    sources=["00_device_query.cu"],
     entries=[
         Entry(
             "whoami",

@@ -1,7 +1,6 @@
 """Checks for lab1/01_vector_add.cu: c = a + b with one block of n threads."""
 
-from grader.spec import Case, Entry, In, Int, Out, Task
-from grader.static_checks import NO_LIBRARIES
+from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, In, Int, Out
 
 SIZES = [1, 2, 31, 32, 33, 255, 1000, 1024]
 
@@ -17,11 +16,11 @@ def baseline(v, o):
     torch.add(v["a"], v["b"], out=o["c"])
 
 
-TASK = Task(
+TASK = CudaTask(
     lab="lab1",
     number="01",
     title="vector add",
-    source="01_vector_add.cu",
+    sources=["01_vector_add.cu"],
     entries=[
         Entry(
             "vector_add",

@@ -1,7 +1,6 @@
 """Checks for lab1/02_matrix_add.cu: C = A + B over (rows, cols) row-major with 16x16 blocks."""
 
-from grader.spec import Case, Entry, In, Int, Out, Task
-from grader.static_checks import NO_LIBRARIES
+from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, In, Int, Out
 
 SHAPES = [(1, 1), (1, 2), (2, 1), (16, 16), (17, 17), (31, 33), (33, 31), (100, 257), (1000, 1000), (4096, 4096)]
 
@@ -17,11 +16,11 @@ def baseline(v, o):
     torch.add(v["A"], v["B"], out=o["C"])
 
 
-TASK = Task(
+TASK = CudaTask(
     lab="lab1",
     number="02",
     title="matrix add (2D blocks)",
-    source="02_matrix_add.cu",
+    sources=["02_matrix_add.cu"],
     entries=[
         Entry(
             "matrix_add",

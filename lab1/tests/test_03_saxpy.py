@@ -1,7 +1,6 @@
 """Checks for lab1/03_saxpy.cu: out = alpha * x + y over many blocks, with a bounds guard."""
 
-from grader.spec import Case, Entry, Float, In, Int, Out, PerfTarget, Task
-from grader.static_checks import NO_LIBRARIES
+from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, Float, In, Int, Out, PerfTarget
 
 SIZES = [1, 2, 31, 33, 255, 256, 257, 1000, 65537, (1 << 20) + 7, (1 << 26) + 3]
 
@@ -17,11 +16,11 @@ def baseline(v, o):
     torch.add(v["y"], v["x"], alpha=v["alpha"], out=o["out"])
 
 
-TASK = Task(
+TASK = CudaTask(
     lab="lab1",
     number="03",
     title="saxpy (many blocks)",
-    source="03_saxpy.cu",
+    sources=["03_saxpy.cu"],
     entries=[
         Entry(
             "saxpy",

@@ -1,7 +1,6 @@
 """Checks for lab1/04_swap_pairs.cu: swap adjacent elements through shared memory."""
 
-from grader.spec import Case, Entry, In, Int, Out, Task
-from grader.static_checks import NO_LIBRARIES, uses_shared_memory, uses_syncthreads
+from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, In, Int, Out, uses_shared_memory, uses_syncthreads
 
 SIZES = [1, 2, 3, 31, 33, 255, 256, 257, 1000, 1001, (1 << 20) + 1, 1 << 26]
 
@@ -23,11 +22,11 @@ def baseline(v, o):
     o["out"][:m].view(-1, 2).copy_(v["in"][:m].view(-1, 2).flip(1))
 
 
-TASK = Task(
+TASK = CudaTask(
     lab="lab1",
     number="04",
     title="swap pairs (shared memory)",
-    source="04_swap_pairs.cu",
+    sources=["04_swap_pairs.cu"],
     entries=[
         Entry(
             "swap_pairs",

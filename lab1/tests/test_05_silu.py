@@ -1,10 +1,8 @@
 """Checks for lab1/05_silu.cu: SiLU on host buffers, with the student's own allocation, copies and
 error checking."""
 
-from grader.context import RunContext
-from grader.spec import Case, Entry, HostIn, HostOut, Rule, Size, Task
-from grader.static_checks import NO_LIBRARIES
-from grader.verdict import Verdict
+from grader.child.context import RunContext
+from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, HostIn, HostOut, Rule, Size, Verdict
 
 SIZES = [0, 1, 2, 31, 33, 1000, (1 << 20) + 3, 1 << 24]
 ARGS = [HostIn("x"), HostOut("y"), Size("n")]
@@ -66,11 +64,11 @@ def no_device_memory_leak(ctx: RunContext) -> None:
         )
 
 
-TASK = Task(
+TASK = CudaTask(
     lab="lab1",
     number="05",
     title="SiLU, host + device code",
-    source="05_silu.cu",
+    sources=["05_silu.cu"],
     entries=[Entry("silu", ARGS, reference=reference, baseline=baseline, bytes_moved=lambda v: 8 * v["n"])],
     cases=[Case(f"n={n}", n=n) for n in SIZES],
     make_inputs=make_inputs,

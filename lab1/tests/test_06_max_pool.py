@@ -1,8 +1,18 @@
 """Checks for lab1/06_max_pool.cu: 4x4 max pooling, stride 1, clipped at the bottom/right border,
 computed from a 16x16 shared-memory tile with its halo."""
 
-from grader.spec import Case, Entry, In, Int, Out, PerfTarget, Task
-from grader.static_checks import NO_LIBRARIES, uses_shared_memory, uses_syncthreads
+from grader.tasks import (
+    NO_LIBRARIES,
+    Case,
+    CudaTask,
+    Entry,
+    In,
+    Int,
+    Out,
+    PerfTarget,
+    uses_shared_memory,
+    uses_syncthreads,
+)
 
 SHAPES = [
     (1, 1),
@@ -31,11 +41,11 @@ def pool(x):
     return F.max_pool2d(padded, kernel_size=4, stride=1)[0, 0]
 
 
-TASK = Task(
+TASK = CudaTask(
     lab="lab1",
     number="06",
     title="4x4 max pool (halo tile)",
-    source="06_max_pool.cu",
+    sources=["06_max_pool.cu"],
     entries=[
         Entry(
             "max_pool_4x4",

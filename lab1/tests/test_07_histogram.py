@@ -1,8 +1,7 @@
 """Checks for lab1/07_histogram.cu: a 256-bin byte histogram with global atomics, then privatised
 in shared memory."""
 
-from grader.spec import Case, Entry, In, Int, Out, PerfTarget, Rule, Task
-from grader.static_checks import NO_LIBRARIES, uses_shared_memory
+from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, In, Int, Out, PerfTarget, Rule, uses_shared_memory
 
 ARGS = [In("data", "u8"), Int("n"), Out("bins", "u32")]
 CASES = [
@@ -46,11 +45,11 @@ def entry(symbol):
     return Entry(symbol, ARGS, reference=reference, baseline=baseline, bytes_moved=lambda v: v["n"])
 
 
-TASK = Task(
+TASK = CudaTask(
     lab="lab1",
     number="07",
     title="histogram (atomics)",
-    source="07_histogram.cu",
+    sources=["07_histogram.cu"],
     entries=[entry("histogram_global"), entry("histogram_shared")],
     cases=CASES,
     make_inputs=make_inputs,

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from grader.spec import Arg, Buffer, Scalar, torch_dtype
-from grader.verdict import CheckFailure, Verdict
+from grader.records import CheckFailure, Verdict
+from grader.tasks.spec import Arg, Buffer, Scalar, torch_dtype
 
 _CTYPES = {"i32": ctypes.c_int32, "i64": ctypes.c_int64, "u64": ctypes.c_uint64, "f32": ctypes.c_float}
 _INT_RANGE = {"i32": (-(2**31), 2**31 - 1), "i64": (-(2**63), 2**63 - 1), "u64": (0, 2**64 - 1)}

@@ -7,9 +7,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from grader.ffi import EntryPoint, Library
-from grader.spec import Task
-from grader.verdict import CheckFailure, Verdict
+from grader.child.ffi import EntryPoint, Library
+from grader.records import CheckFailure, Verdict
+from grader.tasks.spec import Task
 
 
 def seed_for(task: Task, label: str, draw: int = 0) -> int:

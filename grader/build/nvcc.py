@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader import paths, toolchain
-from grader.ptxas import parse_ptxas
-from grader.verdict import KernelResources
+from grader.build.ptxas import parse_ptxas
+from grader.records import KernelResources
 
 # Never -G: device debug code is an order of magnitude slower and every task is timed.
 FLAGS = ["-O3", "-lineinfo", "-std=c++17", "-Xcompiler", "-fPIC", "-shared", "-Xptxas", "-v"]

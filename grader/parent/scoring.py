@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from grader.spec import PerfTarget, Task
-from grader.verdict import TaskResult, Verdict
+from grader.records import TaskResult, Verdict
+from grader.tasks.spec import PerfTarget, Task
 
 
 def metric(result: TaskResult, target: PerfTarget) -> float | None:
@@ -22,11 +22,22 @@ def metric(result: TaskResult, target: PerfTarget) -> float | None:
 
 
 def score(task: Task, result: TaskResult) -> tuple[float, float]:
-    """(points, max points). Correctness gates performance: a wrong fast kernel earns nothing."""
+    """(points, max points). Correctness gates performance: a wrong fast kernel earns nothing.
+
+    A task graded by pytest tests (Python modules, notebooks) earns its points in proportion to
+    the `points` marks of the tests that passed, so one failing test does not cost the whole task.
+    """
     max_points = task.points + sum(p.points for p in task.perf)
-    if result.verdict != Verdict.PASS:
+    if result.tests and result.verdict in (Verdict.PASS, Verdict.WRONG):
+        total = sum(t.points for t in result.tests)
+        passed = sum(t.points for t in result.tests if t.outcome == "passed")
+        points = task.points * passed / total if total else 0.0
+        if result.verdict != Verdict.PASS:
+            return round(points, 2), max_points
+    elif result.verdict != Verdict.PASS:
         return 0.0, max_points
-    points = task.points
+    else:
+        points = task.points
     for target in task.perf:
         value = metric(result, target)
         if value is not None and value >= target.target:

@@ -1,10 +1,11 @@
 """How a task declares what the grader checks.
 
-A task file (`labN/tests/test_NN_name.py`) builds one `Task`: the `.cu` source it grades, its C
-entry points with their argument lists, the cases to run (seeded random inputs at edge and large
-sizes), a PyTorch reference per entry point, and optional rules, custom checks and a timing
-baseline. The spec never imports torch at module level: the pytest process that builds and
-schedules tasks stays light, and only the child process that runs a task pays for torch.
+A spec file (`labN/tests/test_NN_name.py`) builds one task as `TASK`. Every kind shares `Task`
+(the student's files, rules, points, GPU or CPU, timeout); `CudaTask` adds C entry points with
+their argument lists, the cases to run (seeded random inputs at edge and large sizes), a PyTorch
+reference per entry point, and optional custom checks and a timing baseline. Specs never import
+torch at module level: the pytest process that builds and schedules tasks stays light, and only
+the task process pays for torch.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 if TYPE_CHECKING:
     import torch
 
-    from grader.context import RunContext
+    from grader.child.context import RunContext
 
 DType = Literal["f32", "f16", "i32", "u32", "i64", "u8"]
 Role = Literal["in", "out", "inout"]
@@ -120,16 +121,22 @@ class Entry:
 
 @dataclass(frozen=True)
 class Case:
-    """Named parameters for one run, e.g. Case("n=33", n=33)."""
+    """Named parameters for one run, e.g. Case("n=33", n=33).
+
+    small cases are the ones the sanitizer runs (and that get several random draws); huge ones
+    (past 2^31 elements, tens of GB) run only when the grade asks for them (`make grade`).
+    """
 
     label: str
     params: dict[str, Any]
-    small: bool = True  # small cases are the ones the sanitizer runs
+    small: bool = True
+    huge: bool = False
 
-    def __init__(self, label: str, small: bool | None = None, **params: Any) -> None:
+    def __init__(self, label: str, small: bool | None = None, huge: bool = False, **params: Any) -> None:
         object.__setattr__(self, "label", label)
         object.__setattr__(self, "params", params)
         object.__setattr__(self, "small", self.size <= 1 << 16 if small is None else small)
+        object.__setattr__(self, "huge", huge)
 
     @property
     def size(self) -> int:
@@ -164,41 +171,82 @@ class PerfTarget:
     points: float
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Task:
+    """What every kind of task declares. A spec file (`labN/tests/test_NN_name.py`) builds one
+    task of a concrete kind (CudaTask, TorchExtensionTask, PythonTask, NotebookTask) as `TASK`.
+
+    `sources` are the files the student owns, relative to the lab folder: the grader builds and
+    runs exactly these (or the reference solutions under `labN/solutions/`, or a variant the
+    grader's own tests substitute).
+    """
+
+    kind: ClassVar[str] = "base"
+
     lab: str
     number: str
     title: str
-    source: str  # file name inside the lab folder, e.g. "01_vector_add.cu"
-    entries: Sequence[Entry]
-    cases: Sequence[Case]
-    make_inputs: Callable[[dict[str, Any], Rng], Values]
-    output_shapes: Callable[[Values], dict[str, tuple[int, ...]]]
-    tolerance: dict[str, tuple[float, float]] = field(default_factory=dict)
-    deterministic: bool = True
-    timing_case: str | None = None  # label of the case that is timed
+    sources: Sequence[str]
     rules: Sequence[Rule] = ()
-    checks: Sequence[Callable[[RunContext], None]] = ()  # custom checks, run before the cases
-    seeds: int = 2  # small cases run with this many different random inputs
     points: float = 10.0
     perf: Sequence[PerfTarget] = ()
+    gpu: bool = True  # False: runs and is graded on a machine without a GPU too
+    timeout: float | None = None  # seconds for the task process; None: GRADER_TIMEOUT (60)
     spec_file: str = ""  # filled in by the grader: where this spec was loaded from
 
     @property
     def task_id(self) -> str:
         return f"{self.lab}/{self.number}"
 
-    def tol(self, dtype: str) -> tuple[float, float]:
-        return self.tolerance.get(dtype, DEFAULT_TOLERANCE[dtype])
+    @property
+    def source(self) -> str:
+        """The first (for most tasks the only) student file."""
+        return self.sources[0]
 
     def lab_dir(self) -> Path:
         return Path(self.spec_file).resolve().parent.parent
+
+
+@dataclass(kw_only=True)
+class CudaTask(Task):
+    """`.cu`/`.cpp` sources built with nvcc into one shared library whose C entry points
+    (`COURSE_API`) the grader calls through ctypes on seeded inputs.
+
+    nvcc_flags, libraries (cublas, cublasLt, cudnn, curand, cufft: linked as -lNAME) and
+    include_packages (PyPI wheels that ship headers: "nvidia-cudnn-frontend", "nvidia-cutlass")
+    are per task. output_shapes defaults to the shapes of the reference's outputs.
+    """
+
+    kind: ClassVar[str] = "cuda"
+
+    entries: Sequence[Entry]
+    cases: Sequence[Case]
+    make_inputs: Callable[[dict[str, Any], Rng], Values]
+    output_shapes: Callable[[Values], dict[str, tuple[int, ...]]] | None = None
+    tolerance: dict[str, tuple[float, float]] = field(default_factory=dict)
+    deterministic: bool = True
+    timing_case: str | None = None  # label of the case that is timed
+    checks: Sequence[Callable[[RunContext], None]] = ()  # custom checks, run before the cases
+    seeds: int = 2  # small cases run with this many different random inputs
+    nvcc_flags: Sequence[str] = ()
+    libraries: Sequence[str] = ()
+    include_packages: Sequence[str] = ()
+
+    def tol(self, dtype: str) -> tuple[float, float]:
+        return self.tolerance.get(dtype, DEFAULT_TOLERANCE[dtype])
 
     def entry(self, symbol: str) -> Entry:
         for e in self.entries:
             if e.symbol == symbol:
                 return e
         raise KeyError(symbol)
+
+    def shapes(self, inputs: Values, reference: Values | None) -> dict[str, tuple[int, ...]]:
+        """Output shapes: the declared function, else the reference's own shapes."""
+        if self.output_shapes is not None:
+            return self.output_shapes(inputs)
+        assert reference is not None, f"{self.task_id}: no output_shapes and no reference to take them from"
+        return {k: tuple(v.shape) for k, v in reference.items()}
 
 
 class Rng:

@@ -1,14 +1,13 @@
 """Running one task in a child process with a timeout.
 
 A child comes from the fork server when one is running (torch already imported), else it is
-started directly, before its library exists: it reads the path from stdin, so its slow torch
+started directly, before its library exists: it reads its job from stdin, so its slow torch
 import overlaps the nvcc build. On timeout the child's whole process group is killed: a hung
 kernel dies with its context, and the next task gets a healthy GPU.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -17,9 +16,10 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from grader import forkserver, paths
+from grader import paths
+from grader.parent import forkserver
+from grader.records import ChildJob, ChildReport
 
 
 @dataclass
@@ -28,7 +28,7 @@ class ChildRun:
     timed_out: bool
     stdout: str
     stderr: str
-    result: dict[str, Any]
+    result: ChildReport
     seconds: float
 
 
@@ -47,40 +47,31 @@ def _kill_group(pid: int) -> None:
 
 
 class Child:
-    """One task process. Give it its library with feed(), then wait() for the verdict file."""
+    """One task process. Give it its job with feed() (unless it got one up front), then wait()."""
 
     def __init__(
         self,
-        spec: Path,
         result: Path,
-        timing: str,
-        sanitize: bool = False,
+        job: ChildJob | None = None,
         wrapper: list[str] | None = None,
-        lib: Path | None = None,
         env: dict[str, str] | None = None,
         server: socket.socket | None = None,
     ) -> None:
         self.result_path = result
         result.parent.mkdir(parents=True, exist_ok=True)
         result.unlink(missing_ok=True)
-        self.args = ["--spec", str(spec), "--result", str(result), "--timing", timing] + (
-            ["--sanitize"] if sanitize else []
-        )
+        self.args = ["--result", str(result)]
+        if job is not None:  # known up front (the sanitizer's runs): no stdin hand-over
+            job_file = result.with_suffix(".job.json")
+            job_file.write_text(job.to_line())
+            self.args += ["--job", str(job_file)]
         self.env = env or child_env()
         self.server = server
         self.proc: subprocess.Popen[str] | None = None
         self.pid: int | None = None
         self.started = time.perf_counter()
         if server is None:
-            cmd = [
-                *(wrapper or []),
-                sys.executable,
-                "-m",
-                "grader.child",
-                *self.args,
-                "--lib",
-                str(lib) if lib else "-",
-            ]
+            cmd = [*(wrapper or []), sys.executable, "-m", "grader.child", *self.args]
             self.proc = subprocess.Popen(
                 cmd,
                 cwd=paths.ROOT,
@@ -91,25 +82,25 @@ class Child:
                 text=True,
                 start_new_session=True,
             )
-        else:  # forked at once: it sets up CUDA while nvcc runs, then reads its library's path
+        else:  # forked at once: it sets up CUDA while nvcc runs, then reads its job
             out, err = result.with_suffix(".out"), result.with_suffix(".err")
-            lib_arg = str(lib) if lib else "-"
-            self.pid = forkserver.request(server, [*self.args, "--lib", lib_arg], self.env, out, err)
-        self._fed = lib is not None
+            self.pid = forkserver.request(server, self.args, self.env, out, err)
+        self._fed = job is not None
 
-    def feed(self, lib: Path | None) -> None:
-        """Hands the child its library; None tells it to exit (the build failed)."""
+    def feed(self, job: ChildJob | None) -> None:
+        """Hands the child its job; None tells it to exit (the build failed)."""
         self._fed = True
         self.started = time.perf_counter()
+        line = job.to_line() if job is not None else "\n"
         if self.server is not None:
             try:
-                self.server.sendall(f"{lib or ''}\n".encode())
+                self.server.sendall(line.encode())
             except OSError:
                 pass
             return
         assert self.proc is not None and self.proc.stdin is not None
         try:
-            self.proc.stdin.write(f"{lib or ''}\n")
+            self.proc.stdin.write(line)
             self.proc.stdin.flush()
         except BrokenPipeError:
             pass
@@ -127,7 +118,7 @@ class Child:
             timed_out = True
             _kill_group(self.proc.pid)
             out, err = self.proc.communicate()
-        return ChildRun(self.proc.returncode, timed_out, out, err, self._result(), time.perf_counter() - self.started)
+        return ChildRun(self.proc.returncode, timed_out, out, err, self._report(), time.perf_counter() - self.started)
 
     def _wait_forked(self, timeout: float) -> ChildRun:
         assert self.server is not None
@@ -147,15 +138,10 @@ class Child:
         out = self.result_path.with_suffix(".out")
         err = self.result_path.with_suffix(".err")
         text = [p.read_text(errors="replace") if p.exists() else "" for p in (out, err)]
-        return ChildRun(code, timed_out, text[0], text[1], self._result(), time.perf_counter() - self.started)
+        return ChildRun(code, timed_out, text[0], text[1], self._report(), time.perf_counter() - self.started)
 
-    def _result(self) -> dict[str, Any]:
-        if self.result_path.exists():
-            try:
-                return json.loads(self.result_path.read_text())
-            except json.JSONDecodeError:
-                return {}
-        return {}
+    def _report(self) -> ChildReport:
+        return ChildReport.load(self.result_path)
 
     def kill(self) -> None:
         if self.proc is not None:
@@ -165,15 +151,15 @@ class Child:
             _kill_group(self.pid)
 
 
-def new_child(spec: Path, result: Path, timing: str) -> Child:
+def new_child(result: Path) -> Child:
     """A task process from the fork server if one answers, else a fresh interpreter (and a fork
     server is started in the background for the next run)."""
     if forkserver.enabled():
         sock = forkserver.connect()
         if sock is not None:
-            return Child(spec, result, timing, server=sock)
+            return Child(result, server=sock)
         forkserver.start_in_background(child_env())
-    return Child(spec, result, timing)
+    return Child(result)
 
 
 def signal_name(returncode: int | None) -> str:

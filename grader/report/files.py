@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from grader.report_terminal import fmt_ms
-from grader.verdict import TaskResult
+from grader.records import TaskResult
+from grader.report.terminal import fmt_ms
 
 
 def write_json(path: Path, results: list[TaskResult], env: dict[str, Any]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from grader.mismatch import describe
+from grader.child.mismatch import describe
 
 if TYPE_CHECKING:
     import torch

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from grader.compare import judge
-from grader.context import seed_for
-from grader.spec import Buffer, Entry, Rng, Task, clone_values, torch_dtype
+from grader.child.compare import judge
+from grader.child.context import seed_for
+from grader.tasks.spec import Buffer, Entry, Rng, Task, clone_values, torch_dtype
 
 MAX_ELEMENTS = 1 << 21  # larger cases add time, not evidence
 
@@ -42,7 +42,7 @@ def calibrate(task: Task) -> list[str]:
         for case in cases:
             inputs = task.make_inputs(case.params, Rng(seed_for(task, case.label), "cpu"))
             expected = entry.reference(clone_values(inputs))
-            shapes = task.output_shapes(inputs)
+            shapes = task.shapes(inputs, expected)
             for out in entry.buffers("out") + entry.buffers("inout"):
                 atol, rtol = task.tol(out.dtype)
                 ref = expected[out.name].reshape(shapes[out.name])

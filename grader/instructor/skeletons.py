@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from grader import paths
-from grader.regions import make_skeleton
+from grader.tasks.regions import make_skeleton
 
 
 def pairs() -> list[tuple[Path, Path]]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader import toolchain
+from grader.records import SanitizerRun
 
 TOOLS = ("memcheck", "racecheck")
 _PREFIX = re.compile(r"^=+ ?")
@@ -101,3 +102,18 @@ def parse(tool: str, output: str, source: Path) -> list[Finding]:
     for f in findings:
         unique.setdefault((f.what, f.line, f.tool), f)
     return list(unique.values())
+
+
+_SUMMARY = re.compile(r"(ERROR SUMMARY|RACECHECK SUMMARY): \d+")
+
+
+def outcome(tool: str, report: str, child_finished: bool, findings: list[Finding], log: str) -> SanitizerRun:
+    """How the tool's run went. Clean only when the tool printed its summary and the task's
+    process got to the end: a sanitizer that refused this GPU or driver is `not run`, never clean."""
+    if findings:
+        return SanitizerRun(tool, "findings", f"{len(findings)} in the task's sources; full report: {log}")
+    if child_finished and _SUMMARY.search(report):
+        return SanitizerRun(tool, "clean")
+    lines = [_PREFIX.sub("", line).strip() for line in report.splitlines() if line.strip()]
+    why = next((line for line in lines if "rror" in line or "not supported" in line), lines[-1] if lines else "")
+    return SanitizerRun(tool, "not run", (why or "it printed nothing") + f" (full output: {log})")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from grader.verdict import TaskResult, Timing, Verdict
+from grader.records import TaskResult, Timing, Verdict
 
 MARK = {Verdict.PASS: "✓", Verdict.SKIPPED: "-", Verdict.NOT_STARTED: "·"}
 

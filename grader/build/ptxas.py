@@ -6,7 +6,7 @@ import re
 import shutil
 import subprocess
 
-from grader.verdict import KernelResources
+from grader.records import KernelResources
 
 _ENTRY = re.compile(r"Compiling entry function '(?P<name>[^']+)'")
 _FRAME = re.compile(r"(?P<stack>\d+) bytes stack frame, (?P<st>\d+) bytes spill stores, (?P<ld>\d+) bytes spill loads")

@@ -7,21 +7,17 @@ checks must be able to fail (calibration). Either way the skeletons must match t
 
 from __future__ import annotations
 
-from grader import paths, runner, skeletons, toolchain
-from grader.calibration import calibrate
-from grader.loader import load_task
-from grader.spec import Task
-from grader.static_checks import check_source
-from grader.verdict import Verdict
-
-
-def tasks_of(labs: list[str]) -> list[Task]:
-    chosen = [p for p in paths.labs() if not labs or p.name in labs]
-    return [load_task(f) for lab in chosen for f in paths.spec_files(lab)]
+from grader import paths, toolchain
+from grader.instructor import skeletons
+from grader.instructor.calibration import calibrate
+from grader.parent import runner
+from grader.parent.static_checks import check_source
+from grader.records import Verdict
+from grader.tasks import catalogue
 
 
 def verify(labs: list[str], say: callable) -> int:  # type: ignore[valid-type]
-    tasks = [t for t in tasks_of(labs) if paths.solution_source(t.lab_dir(), t.source).exists()]
+    tasks = [t for t in catalogue.all_tasks(labs) if paths.solution_source(t.lab_dir(), t.source).exists()]
     if not tasks:
         say("no reference solutions in this tree (a student release?): nothing to verify")
         return 2

@@ -34,8 +34,8 @@ def enabled() -> bool:
 
 def socket_path() -> Path:
     h = hashlib.sha256(sys.executable.encode())
-    for f in sorted((paths.ROOT / "grader").glob("*.py")):
-        h.update(f.name.encode() + f.read_bytes())
+    for f in sorted((paths.ROOT / "grader").rglob("*.py")):
+        h.update(str(f.relative_to(paths.ROOT)).encode() + f.read_bytes())
     return Path(tempfile.gettempdir()) / f"cuda-course-{os.getuid()}-{h.hexdigest()[:12]}.sock"
 
 
@@ -54,7 +54,7 @@ def start_in_background(env: dict[str, str]) -> None:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         subprocess.Popen(
-            [sys.executable, "-m", "grader.forkserver", str(socket_path())],
+            [sys.executable, "-m", "grader.parent.forkserver", str(socket_path())],
             cwd=paths.ROOT,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -67,8 +67,8 @@ def start_in_background(env: dict[str, str]) -> None:
 def request(sock: socket.socket, argv: list[str], env: dict[str, str], stdout: Path, stderr: Path) -> int:
     """Asks for one child; returns its pid. Its exit status arrives later on the same socket.
 
-    The child's stdin is this socket, so a child started with `--lib -` (before the build has
-    finished) reads its library's path from whatever the client sends next.
+    The child's stdin is this socket, so a child started before the build has finished reads its
+    job from whatever the client sends next.
     """
     msg = {"argv": argv, "env": env, "stdout": str(stdout), "stderr": str(stderr)}
     sock.sendall(json.dumps(msg).encode() + b"\n")
@@ -92,7 +92,7 @@ def _read_line(sock: socket.socket) -> dict[str, Any]:
 
 
 def _serve_one(conn: socket.socket, listener: socket.socket) -> None:
-    from grader import child
+    from grader.child.__main__ import main as child_main
 
     req = _read_line(conn)
     pid = os.fork()
@@ -110,7 +110,7 @@ def _serve_one(conn: socket.socket, listener: socket.socket) -> None:
             os.environ.update(req["env"])
             sys.stdout = os.fdopen(1, "w", buffering=1)
             sys.stderr = os.fdopen(2, "w", buffering=1)
-            code = child.main(req["argv"])
+            code = child_main(req["argv"])
         finally:
             os._exit(code)
     conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
@@ -125,7 +125,7 @@ def _serve_one(conn: socket.socket, listener: socket.socket) -> None:
 def serve(path: Path) -> None:
     import torch  # noqa: F401  the whole point: pay for this import once
 
-    from grader import child  # noqa: F401
+    from grader.child import __main__  # noqa: F401
 
     path.unlink(missing_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -5,27 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from grader.regions import RegionError, find_regions, is_untouched, not_started
-from grader.spec import Rule, Task
-from grader.verdict import Verdict
-
-# Lab 1 and 2 are about writing kernels by hand: libraries would do the lesson for the student.
-NO_LIBRARIES = Rule(
-    "forbid",
-    r"#\s*include\s*[<\"](cublas|cublasLt|cudnn|cufft|curand|cusparse|cusolver|thrust/|cub/|cutlass/"
-    r"|cute/|torch/|ATen/|c10/)|\b(thrust|cub|cutlass|cute)::|\bcublas\w*\s*\(",
-    "this lab is about writing kernels by hand: cuBLAS, cuDNN, Thrust, CUB, CUTLASS and other "
-    "libraries are not allowed here (only the CUDA runtime)",
-)
-
-
-def uses_shared_memory(why: str) -> Rule:
-    return Rule("require", r"__shared__", why)
-
-
-def uses_syncthreads(why: str) -> Rule:
-    return Rule("require", r"__syncthreads\s*\(", why)
-
+from grader.records import Verdict
+from grader.tasks.regions import RegionError, find_regions, is_untouched, not_started
+from grader.tasks.spec import Task
 
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _STRING = re.compile(r'"(?:\\.|[^"\\\n])*"')

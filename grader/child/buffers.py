@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from grader.spec import torch_dtype
+from grader.tasks.spec import torch_dtype
 
 if TYPE_CHECKING:
     import torch

@@ -1,45 +1,25 @@
-"""The child process that runs one task's checks on the GPU.
+"""Runs a CUDA-library task in the task process: each case through ctypes, then the timing.
 
-It is the only place where student code runs, so a crash, an illegal address or a hang ends
-this process alone; the parent turns that into a verdict and goes on with the next task. The
-result is a JSON file, rewritten as the run goes, so even a killed child leaves behind which
-case it was in.
-
-    python -m grader.child --spec lab1/tests/test_01_vector_add.py --lib build.so --result r.json
+Inputs are seeded; the reference is computed on clones before any student code runs; outputs are
+guarded (pre-filled, fenced) and judged element by element; a deterministic task runs twice and
+the two runs must agree bit for bit.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from grader import timing
-from grader.buffers import Guarded, bits, guarded
-from grader.compare import judge
-from grader.context import RunContext, returned_error, seed_for
-from grader.ffi import EntryPoint, HarnessError, Library
-from grader.loader import load_task
-from grader.spec import Buffer, Case, Entry, Rng, Task, clone_values
-from grader.verdict import CheckFailure, Verdict
+from grader.child import timing
+from grader.child.buffers import Guarded, bits, guarded
+from grader.child.compare import judge
+from grader.child.context import RunContext, returned_error, seed_for
+from grader.child.ffi import EntryPoint, HarnessError, Library
+from grader.records import CaseRecord, CheckFailure, ChildJob, DeviceInfo, Timing, Verdict
+from grader.tasks.spec import Buffer, Case, CudaTask, Entry, Rng, clone_values
 
-
-class Recorder:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.data: dict[str, Any] = {"verdict": None, "phase": "starting", "cases": [], "timings": [], "notes": []}
-
-    def set(self, **kw: Any) -> None:
-        self.data.update(kw)
-        self.flush()
-
-    def flush(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data))
-        tmp.replace(self.path)
+if TYPE_CHECKING:
+    from grader.child.__main__ import Recorder
 
 
 def _is_cuda_error(e: BaseException) -> bool:
@@ -63,7 +43,7 @@ def cuda_failure(e: BaseException, where: str) -> CheckFailure:
 
 
 def prepare(
-    task: Task, entry: Entry, inputs: dict[str, Any], shapes: dict[str, tuple[int, ...]]
+    task: CudaTask, entry: Entry, inputs: dict[str, Any], shapes: dict[str, tuple[int, ...]]
 ) -> tuple[dict[str, Any], dict[str, Guarded]]:
     """The argument values for one call: inputs as given, outputs freshly guarded."""
     values: dict[str, Any] = {}
@@ -83,7 +63,7 @@ def prepare(
     return values, outs
 
 
-def check_outputs(task: Task, entry: Entry, outs: dict[str, Guarded], expected: dict[str, Any], where: str) -> None:
+def check_outputs(task: CudaTask, entry: Entry, outs: dict[str, Guarded], expected: dict[str, Any], where: str) -> None:
     for arg in entry.buffers():
         if arg.role == "in":
             continue
@@ -98,7 +78,9 @@ def check_outputs(task: Task, entry: Entry, outs: dict[str, Guarded], expected: 
             raise CheckFailure(Verdict.WRONG, f"{where}: {report}")
 
 
-def inputs_and_reference(task: Task, entry: Entry, case: Case, draw: int = 0) -> tuple[dict[str, Any], dict[str, Any]]:
+def inputs_and_reference(
+    task: CudaTask, entry: Entry, case: Case, draw: int = 0
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The case's seeded inputs (host arguments moved to the CPU) and the reference computed on
     clones of them, before any student code runs."""
     inputs = task.make_inputs(case.params, Rng(seed_for(task, case.label, draw), "cuda"))
@@ -108,21 +90,15 @@ def inputs_and_reference(task: Task, entry: Entry, case: Case, draw: int = 0) ->
     return inputs, entry.reference(clone_values(inputs))
 
 
-def run_case(task: Task, entry: Entry, ep: EntryPoint, case: Case, ctx: RunContext, draw: int = 0) -> dict[str, Any]:
+def run_case(task: CudaTask, entry: Entry, ep: EntryPoint, case: Case, ctx: RunContext, draw: int = 0) -> CaseRecord:
     import torch
 
     where = f"{entry.symbol}, case {case.label}" + (f" (random draw {draw + 1})" if draw else "")
     inputs, expected = inputs_and_reference(task, entry, case, draw)
     clones = clone_values(inputs)
-    shapes = task.output_shapes(inputs)
+    shapes = task.shapes(inputs, expected)
     values, outs = prepare(task, entry, inputs, shapes)
-    try:
-        rc = ep(values)
-        torch.cuda.synchronize()
-    except RuntimeError as e:
-        raise cuda_failure(e, where) from None
-    if rc != 0:
-        raise CheckFailure(Verdict.CRASH, returned_error(ep.lib, entry.symbol, rc, f"case {case.label}"))
+    call(ep, values, where)
     for arg in entry.buffers("in"):
         if not torch.equal(inputs[arg.name], clones[arg.name]):
             changed = int((inputs[arg.name] != clones[arg.name]).sum())
@@ -133,11 +109,7 @@ def run_case(task: Task, entry: Entry, ep: EntryPoint, case: Case, ctx: RunConte
     check_outputs(task, entry, outs, expected, where)
     if task.deterministic:
         values2, outs2 = prepare(task, entry, clones, shapes)
-        try:
-            rc = ep(values2)
-            torch.cuda.synchronize()
-        except RuntimeError as e:
-            raise cuda_failure(e, where + " (second run)") from None
+        call(ep, values2, where + " (second run)")
         for name, g in outs.items():
             a, b = bits(g.data, g.dtype), bits(outs2[name].data, g.dtype)
             if not torch.equal(a, b):
@@ -147,16 +119,29 @@ def run_case(task: Task, entry: Entry, ep: EntryPoint, case: Case, ctx: RunConte
                     f"{where}: two runs on the same inputs disagree at {n} elements of `{name}`: a race "
                     f"(a missing __syncthreads, or threads writing the same place without atomics)",
                 )
-    return {"case": case.label, "entry": entry.symbol, "ok": True}
+    return CaseRecord(case.label, entry.symbol)
+
+
+def call(ep: EntryPoint, values: dict[str, Any], where: str) -> None:
+    """One call of a student entry point, waited for; an error code or a CUDA error is a crash."""
+    import torch
+
+    try:
+        rc = ep(values)
+        torch.cuda.synchronize()
+    except RuntimeError as e:
+        raise cuda_failure(e, where) from None
+    if rc != 0:
+        raise CheckFailure(Verdict.CRASH, returned_error(ep.lib, ep.symbol, rc, where))
 
 
 def time_entry(
-    task: Task, entry: Entry, ep: EntryPoint, case: Case, budget: timing.Budget, copy_gbps: float
-) -> dict[str, Any]:
+    task: CudaTask, entry: Entry, ep: EntryPoint, case: Case, budget: timing.Budget, copy_gbps: float
+) -> Timing:
     import torch
 
     inputs, expected = inputs_and_reference(task, entry, case)
-    shapes = task.output_shapes(inputs)
+    shapes = task.shapes(inputs, expected)
     values, outs = prepare(task, entry, inputs, shapes)
     marshalled = ep.marshal(values)
     fns: dict[str, Any] = {"student": lambda: ep.call_raw(marshalled)}
@@ -167,113 +152,79 @@ def time_entry(
     torch.cuda.synchronize()
     check_outputs(task, entry, outs, expected, f"{entry.symbol}, case {case.label}, re-checked after timing")
     s = stats["student"]
-    row: dict[str, Any] = {
-        "entry": entry.symbol,
-        "case": case.label,
-        "median_ms": s.median_ms,
-        "q1_ms": s.q1_ms,
-        "q3_ms": s.q3_ms,
-        "min_ms": s.min_ms,
-        "n": s.n,
-        "copy_gbps": copy_gbps,
-    }
+    row = Timing(entry.symbol, case.label, s.median_ms, s.q1_ms, s.q3_ms, s.min_ms, s.n, copy_gbps=copy_gbps)
     if "torch" in stats:
-        row["baseline_median_ms"] = stats["torch"].median_ms
-        row["speedup"] = stats["torch"].median_ms / s.median_ms
+        row.baseline_median_ms = stats["torch"].median_ms
+        row.speedup = stats["torch"].median_ms / s.median_ms
     if entry.bytes_moved is not None:
-        row["gbps"] = entry.bytes_moved(inputs) / (s.median_ms * 1e-3) / 1e9
-        row["share_of_copy"] = row["gbps"] / copy_gbps
+        row.gbps = entry.bytes_moved(inputs) / (s.median_ms * 1e-3) / 1e9
+        row.share_of_copy = row.gbps / copy_gbps
     if entry.flops is not None:
-        row["gflops"] = entry.flops(inputs) / (s.median_ms * 1e-3) / 1e9
+        row.gflops = entry.flops(inputs) / (s.median_ms * 1e-3) / 1e9
     return row
 
 
-def run(spec: Path, lib_path: str, rec: Recorder, timing_mode: str, sanitize: bool) -> None:
+def device_info() -> DeviceInfo:
     import torch
 
-    task = load_task(spec)
+    props = torch.cuda.get_device_properties(0)
+    return DeviceInfo(
+        name=props.name,
+        cc=f"{props.major}.{props.minor}",
+        sms=props.multi_processor_count,
+        l2_bytes=getattr(props, "L2_cache_size", None),
+        torch=torch.__version__,
+        torch_cuda=torch.version.cuda,
+    )
+
+
+def chosen_cases(task: CudaTask, job: ChildJob) -> list[Case]:
+    """The sanitizer runs only the small cases; the huge ones run only when asked for."""
+    return [c for c in task.cases if (c.small or not job.sanitize) and (job.huge or not c.huge)]
+
+
+def run(task: CudaTask, job: ChildJob, rec: Recorder) -> None:
+    import torch
+
     if not torch.cuda.is_available():
         rec.set(
-            verdict=str(Verdict.SKIPPED),
+            verdict=Verdict.SKIPPED,
             message="torch sees no CUDA GPU (torch.version.cuda = "
             f"{torch.version.cuda}): install a CUDA build of torch, or run on a GPU machine",
         )
         return
-    props = torch.cuda.get_device_properties(0)
-    rec.set(
-        device={
-            "name": props.name,
-            "cc": f"{props.major}.{props.minor}",
-            "sms": props.multi_processor_count,
-            "l2_bytes": getattr(props, "L2_cache_size", None),
-            "torch": torch.__version__,
-            "torch_cuda": torch.version.cuda,
-        }
-    )
+    rec.set(device=device_info())
     torch.cuda.init()
-    lib = Library(Path(lib_path))
+    assert job.lib is not None, "a CUDA task's job names its built library"
+    lib = Library(Path(job.lib))
     ctx = RunContext(task, lib)
     eps = {e.symbol: lib.function(e.symbol, e.args) for e in task.entries}
+    report = rec.report
     try:
         for check in task.checks:
             rec.set(phase=f"check {check.__name__}")
             check(ctx)
-        for case in task.cases:
-            if sanitize and not case.small:
-                continue
-            draws = task.seeds if case.small and not sanitize else 1
+        for case in chosen_cases(task, job):
+            draws = task.seeds if case.small and not job.sanitize else 1
             for entry in task.entries:
                 for draw in range(draws):
                     rec.set(phase=f"{entry.symbol}, case {case.label}")
-                    rec.data["cases"].append(run_case(task, entry, eps[entry.symbol], case, ctx, draw))
-        if timing_mode != "off" and not sanitize and task.timing_case:
+                    report.cases.append(run_case(task, entry, eps[entry.symbol], case, ctx, draw))
+        if job.timing != "off" and not job.sanitize and task.timing_case:
             case = next(c for c in task.cases if c.label == task.timing_case)
-            budget = timing.BENCH if timing_mode == "bench" else timing.QUICK
+            budget = timing.BENCH if job.timing == "bench" else timing.QUICK
             rec.set(phase="measuring copy bandwidth")
             copy = timing.copy_bandwidth_gbps()
             for entry in task.entries:
                 rec.set(phase=f"timing {entry.symbol}, case {case.label}")
-                rec.data["timings"].append(time_entry(task, entry, eps[entry.symbol], case, budget, copy))
+                report.timings.append(time_entry(task, entry, eps[entry.symbol], case, budget, copy))
     except CheckFailure as f:
-        rec.set(verdict=str(f.verdict), message=f.message, notes=ctx.notes)
+        rec.set(verdict=f.verdict, message=f.message, notes=ctx.notes)
         return
     except RuntimeError as e:
         # a CUDA error is the student's crash; any other error is the grader's own bug
         if isinstance(e, HarnessError) or not _is_cuda_error(e):
             raise
-        rec.set(verdict=str(Verdict.CRASH), message=cuda_failure(e, rec.data["phase"]).message, notes=ctx.notes)
+        rec.set(verdict=Verdict.CRASH, message=cuda_failure(e, report.phase).message, notes=ctx.notes)
         return
-    rec.set(verdict=str(Verdict.PASS), message="", notes=ctx.notes, phase="done")
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m grader.child")
-    p.add_argument("--spec", type=Path, required=True)
-    p.add_argument("--lib", required=True, help="the built library, or - to read its path from stdin")
-    p.add_argument("--result", type=Path, required=True)
-    p.add_argument("--timing", choices=["off", "quick", "bench"], default="quick")
-    p.add_argument("--sanitize", action="store_true", help="small cases only, no timing")
-    a = p.parse_args(argv)
-    rec = Recorder(a.result)
-    rec.flush()
-    lib = a.lib
-    if lib == "-":  # started before the build finished: torch and CUDA start up while nvcc runs
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.init()
-        lib = sys.stdin.readline().strip()
-        if not lib:
-            return 0
-    try:
-        run(a.spec, lib, rec, a.timing, a.sanitize)
-    except CheckFailure as f:
-        rec.set(verdict=str(f.verdict), message=f.message)
-    except Exception:
-        rec.set(verdict="grader error", message=traceback.format_exc())
-        return 3
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    rec.set(verdict=Verdict.PASS, message="", notes=ctx.notes, phase="done")

@@ -1,0 +1,256 @@
+"""Grading tasks: static checks, one parallel build, then each task in its own task process.
+
+Runs in the grading process (pytest's, or `python -m grader`'s). Per task: the source rules and
+"not started" (static_checks), the build for kinds that have one here (CUDA libraries, through
+nvcc), then a `ChildJob` for the task process (grader/child), whose `ChildReport` becomes the
+`TaskResult`, scored before it is yielded.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from grader import paths, toolchain
+from grader.build.nvcc import BuildResult, build_all
+from grader.parent import sanitizer, scoring
+from grader.parent.isolation import Child, ChildRun, child_env, new_child, signal_name
+from grader.parent.static_checks import check_source
+from grader.records import ChildJob, SanitizerRun, TaskResult, Verdict
+from grader.tasks.spec import CudaTask, Task
+
+DEFAULT_TIMEOUT = 60.0
+
+
+@dataclass
+class Options:
+    solutions: bool = False  # grade labN/solutions/* instead of the student files
+    timing: str = "quick"  # off | quick | bench
+    sanitize: bool = False  # also run compute-sanitizer memcheck and racecheck
+    force_run: bool = False  # run the checks even on an untouched skeleton (make verify)
+    huge: bool = False  # also the cases past 2^31 elements (make grade)
+    timeout: float | None = None  # overrides every task's own; None: the task's, else GRADER_TIMEOUT
+
+    def timeout_for(self, task: Task) -> float:
+        if self.timeout is not None:
+            return self.timeout
+        if "GRADER_TIMEOUT" in os.environ:
+            return max(float(os.environ["GRADER_TIMEOUT"]), task.timeout or 0.0)
+        return task.timeout or DEFAULT_TIMEOUT
+
+
+Sources = dict[str, Path]  # a task's file (relative to its lab) -> the file graded in its place
+
+
+def sources_of(task: Task, opts: Options, override: Path | Mapping[str, Path] | None = None) -> Sources:
+    """Which file stands for each of the task's files: the student's, the solution's, or the
+    override (a single path replaces the task's first file)."""
+    lab = task.lab_dir()
+    chosen = {
+        rel: paths.solution_source(lab, rel) if opts.solutions else paths.student_source(lab, rel)
+        for rel in task.sources
+    }
+    if isinstance(override, Path):
+        chosen[task.source] = override
+    elif override:
+        chosen.update({rel: Path(p) for rel, p in override.items()})
+    return chosen
+
+
+def _variant(opts: Options, override: object) -> str:
+    return "variant" if override else ("solution" if opts.solutions else "student")
+
+
+def _result(task: Task, src: Path, verdict: Verdict, message: str = "", **kw: object) -> TaskResult:
+    return TaskResult(task.lab, task.number, task.title, paths.rel(src), verdict, message, **kw)  # type: ignore[arg-type]
+
+
+def _scored(task: Task, result: TaskResult) -> TaskResult:
+    result.points, result.max_points = scoring.score(task, result)
+    if result.verdict == Verdict.PASS:
+        result.notes += scoring.perf_report(task, result)
+    return result
+
+
+def grade(
+    tasks: list[Task], opts: Options, overrides: Mapping[str, Path | Mapping[str, Path]] | None = None
+) -> Iterator[TaskResult]:
+    """Yields one scored result per task, in order, as soon as each is known.
+
+    `overrides` replaces, per task id, which files are graded (the grader's own tests use it to
+    grade deliberately broken variants and fixture tasks).
+    """
+    for result in _grade(tasks, opts, overrides or {}):
+        task = next(t for t in tasks if t.task_id == result.task_id)
+        yield _scored(task, result)
+
+
+def _grade(
+    tasks: list[Task], opts: Options, overrides: Mapping[str, Path | Mapping[str, Path]]
+) -> Iterator[TaskResult]:
+    t0 = time.perf_counter()
+    sources = {t.task_id: sources_of(t, opts, overrides.get(t.task_id)) for t in tasks}
+    variants = {t.task_id: _variant(opts, overrides.get(t.task_id)) for t in tasks}
+    early: dict[str, TaskResult] = {}
+    notes: dict[str, list[str]] = {}
+    for t in tasks:
+        missing = [p for p in sources[t.task_id].values() if not p.exists()]
+        main_src = sources[t.task_id][t.source]
+        if missing:
+            early[t.task_id] = _result(t, main_src, Verdict.COMPILE_ERROR, f"{paths.rel(missing[0])} does not exist")
+            continue
+        for src in sources[t.task_id].values():
+            outcome = check_source(t, src.read_text(), paths.rel(src))
+            notes.setdefault(t.task_id, []).extend(outcome.notes)
+            if outcome.verdict is not None and not (opts.force_run and outcome.verdict == Verdict.NOT_STARTED):
+                early[t.task_id] = _result(t, src, outcome.verdict, outcome.message)
+                break
+    gpu = toolchain.has_gpu()
+    runnable = {t.task_id for t in tasks if t.task_id not in early and (gpu or not t.gpu)}
+    cuda = [t for t in tasks if t.task_id not in early and isinstance(t, CudaTask)]
+    scratch = Path(tempfile.mkdtemp(prefix="grader-"))
+    # the first task's process starts (imports torch, or sets up CUDA when forked) while nvcc builds
+    pending = new_child(scratch / "0.json") if runnable else None
+    builds: dict[Path, BuildResult] = {}
+    try:
+        builds = build_all([sources[t.task_id][t.source] for t in cuda]) if cuda else {}
+    except toolchain.ToolchainError as e:
+        for t in cuda:
+            early[t.task_id] = _result(t, sources[t.task_id][t.source], Verdict.ENVIRONMENT, str(e))
+    build_seconds = time.perf_counter() - t0
+    try:
+        for i, t in enumerate(tasks):
+            if t.task_id in early:
+                yield early[t.task_id]
+                continue
+            main_src = sources[t.task_id][t.source]
+            b = builds.get(main_src) if isinstance(t, CudaTask) else None
+            child, pending = (pending, None) if t.task_id in runnable else (None, pending)
+            res = _grade_one(t, sources[t.task_id], variants[t.task_id], b, opts, gpu, scratch / f"{i}.json", child)
+            res.notes = notes.get(t.task_id, []) + res.notes
+            if b is not None and b.cached is False:
+                res.notes.append(f"built in {build_seconds:.1f} s")
+            yield res
+    finally:  # also when the consumer stops early (pytest -x)
+        if pending is not None:
+            pending.kill()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _grade_one(
+    task: Task,
+    sources: Sources,
+    variant: str,
+    b: BuildResult | None,
+    opts: Options,
+    gpu: bool,
+    result_path: Path,
+    child: Child | None,
+) -> TaskResult:
+    start = time.perf_counter()
+    src = sources[task.source]
+    kernels = b.kernels if b else []
+    if b is not None and not b.ok:
+        if child:
+            child.feed(None)
+            child.wait(10)
+        return _result(task, src, Verdict.COMPILE_ERROR, b.error, kernels=kernels)
+    if task.gpu and not gpu:
+        what = "the kernel compiled; " if b is not None else ""
+        return _result(
+            task,
+            src,
+            Verdict.SKIPPED,
+            f"no NVIDIA GPU visible (nvidia-smi finds none): {what}run on a GPU machine to check and time it",
+            kernels=kernels,
+        )
+    job = ChildJob(
+        spec=task.spec_file,
+        sources={rel: str(p) for rel, p in sources.items()},
+        lib=str(b.lib) if b and b.lib else None,
+        timing=opts.timing,
+        huge=opts.huge,
+        variant=variant,
+    )
+    if child is None:
+        child = new_child(result_path)
+    child.feed(job)
+    timeout = opts.timeout_for(task)
+    res = from_child(task, src, child.wait(timeout), timeout)
+    if opts.sanitize and task.gpu and res.verdict in (Verdict.PASS, Verdict.WRONG):
+        _sanitize(task, job, opts, result_path.with_suffix(".san.json"), res)
+    res.kernels = kernels
+    res.seconds = time.perf_counter() - start
+    return res
+
+
+def from_child(task: Task, src: Path, run: ChildRun, timeout: float) -> TaskResult:
+    """The task's result from what its process left behind: its report, exit status and output."""
+    r = run.result
+    tail = "\n".join((run.stderr or "").strip().splitlines()[-8:])
+    if run.timed_out:
+        return _result(
+            task,
+            src,
+            Verdict.TIMEOUT,
+            f"killed after {timeout:.0f} s in {r.phase}: a kernel that never finishes (an infinite loop, "
+            f"a loop whose index never reaches its bound, or a __syncthreads() that some threads of the "
+            f"block never reach); if it is only slow, raise GRADER_TIMEOUT",
+            cases=r.cases,
+            tests=r.tests,
+        )
+    if r.verdict is None:
+        return _result(
+            task,
+            src,
+            Verdict.CRASH,
+            f"the task's process died ({signal_name(run.returncode)}) in {r.phase}"
+            + (f"; its last output:\n{tail}" if tail else ""),
+            cases=r.cases,
+            tests=r.tests,
+        )
+    message = r.message
+    if r.verdict == Verdict.GRADER_ERROR:
+        message = "internal grader error (please report it):\n" + message
+    if r.verdict == Verdict.CRASH and tail:
+        message += f"\nits last output:\n{tail}"
+    return _result(task, src, r.verdict, message, cases=r.cases, timings=r.timings, tests=r.tests, notes=list(r.notes))
+
+
+def _sanitize(task: Task, job: ChildJob, opts: Options, result_path: Path, res: TaskResult) -> None:
+    """The task's small cases under memcheck, then racecheck: findings in its own sources, and a
+    record of each tool's run (a tool that could not run is said so, never taken as clean)."""
+    env = {**child_env(), "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}  # one allocation per tensor: memcheck sees bounds
+    job = ChildJob(**{**job.__dict__, "timing": "off", "sanitize": True})
+    names = {Path(p).name for p in job.sources.values()}
+    findings: list[sanitizer.Finding] = []
+    for tool in sanitizer.TOOLS:
+        try:
+            wrapper = sanitizer.wrapper(tool)
+        except toolchain.ToolchainError as e:
+            res.sanitizer.append(SanitizerRun(tool, "not run", str(e)))
+            continue
+        run = Child(result_path, job=job, wrapper=wrapper, env=env).wait(opts.timeout_for(task) * 4)
+        report = run.stdout + run.stderr
+        log = paths.BUILD / "sanitizer" / f"{task.lab}-{task.number}.{tool}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(report)  # the whole report, for whoever wants more than the summary
+        found = [f for name in names for f in sanitizer.parse(tool, report, Path(name))]
+        findings += found
+        res.sanitizer.append(sanitizer.outcome(tool, report, run.result.verdict is not None, found, paths.rel(log)))
+    not_run = [s for s in res.sanitizer if s.status == "not run"]
+    for s in not_run:
+        res.notes.append(
+            f"compute-sanitizer {s.tool} could not run here, so this task is not checked by it: {s.detail}"
+        )
+    if findings:
+        text = "\n".join(str(f) for f in findings[:10])
+        if res.verdict == Verdict.PASS:
+            res.verdict, res.message = Verdict.SANITIZER, text
+        else:
+            res.message += "\ncompute-sanitizer:\n" + text

@@ -1,0 +1,238 @@
+"""Typed records shared by the grading process and the task process, and what a grade says.
+
+The task process (grader/child) writes a `ChildReport` to a JSON file as it goes; the grading
+process (grader/parent) reads it back with `ChildReport.load`. Both sides use these classes, so
+a field is spelt once. `TaskResult` is what the runner yields per task, points included.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, TypeVar
+
+
+class Verdict(str, Enum):
+    PASS = "pass"
+    WRONG = "wrong"
+    NOT_STARTED = "not started"
+    COMPILE_ERROR = "compile error"
+    CRASH = "crash"
+    TIMEOUT = "timeout"
+    SANITIZER = "sanitizer"
+    RULE = "rule violation"
+    SKIPPED = "skipped"
+    ENVIRONMENT = "environment"  # this machine lacks something the task needs: not the student's fault
+    GRADER_ERROR = "grader error"  # a bug in the grader or a task spec: please report it
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class CheckFailure(Exception):  # noqa: N818 - a verdict, not an error of the grader
+    """Raised inside a check to end the task with a verdict and a message for the student."""
+
+    def __init__(self, verdict: Verdict, message: str) -> None:
+        super().__init__(message)
+        self.verdict = verdict
+        self.message = message
+
+
+@dataclass
+class Timing:
+    """One timed entry point (or ladder rung) on one case, with every metric it declares."""
+
+    entry: str
+    case: str
+    median_ms: float
+    q1_ms: float
+    q3_ms: float
+    min_ms: float
+    n: int
+    baseline_median_ms: float | None = None
+    speedup: float | None = None  # baseline / student: > 1 means faster than torch
+    gbps: float | None = None
+    copy_gbps: float | None = None
+    share_of_copy: float | None = None
+    gflops: float | None = None
+    share_of_peak: float | None = None  # of the card's FLOP/s or DRAM limit, where one applies
+    baseline: str = "torch"  # what `speedup` compares against
+    rung: str = ""  # the ladder rung, for ladders
+
+
+@dataclass
+class KernelResources:
+    kernel: str
+    registers: int
+    spill_stores: int
+    spill_loads: int
+    stack_bytes: int
+    smem_bytes: int
+
+
+@dataclass
+class CaseRecord:
+    """A case that ran to the end of its checks."""
+
+    case: str
+    entry: str
+    ok: bool = True
+
+
+@dataclass
+class TestOutcome:
+    """One pytest test run inside the task process (Python-module and notebook tasks)."""
+
+    name: str
+    outcome: str  # passed | failed | skipped | error
+    points: float
+    message: str = ""
+
+
+@dataclass
+class DeviceInfo:
+    name: str
+    cc: str
+    sms: int
+    l2_bytes: int | None = None
+    torch: str = ""
+    torch_cuda: str | None = None
+
+
+@dataclass
+class SanitizerRun:
+    """How one compute-sanitizer tool went: `clean`, `findings`, or `not run` with the reason."""
+
+    tool: str
+    status: str
+    detail: str = ""
+
+
+@dataclass
+class ChildReport:
+    """What the task process tells the grading process. Written often, so a killed child still
+    leaves behind the phase it was in."""
+
+    verdict: Verdict | None = None
+    phase: str = "starting"
+    message: str = ""
+    cases: list[CaseRecord] = field(default_factory=list)
+    timings: list[Timing] = field(default_factory=list)
+    tests: list[TestOutcome] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    device: DeviceInfo | None = None
+
+    def dump(self, path: Path) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(to_jsonable(self)))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> ChildReport:
+        """The report at `path`; an empty one when the child never wrote it (or wrote garbage)."""
+        try:
+            return from_jsonable(cls, json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError, KeyError):
+            return cls()
+
+
+@dataclass
+class ChildJob:
+    """What the grading process asks of one task process: which spec, which files stand for the
+    student's (relative path in the lab -> file to grade), and how to run them."""
+
+    spec: str
+    sources: dict[str, str]
+    lib: str | None = None  # the library nvcc built, for CUDA tasks
+    timing: str = "quick"  # off | quick | bench
+    sanitize: bool = False  # small cases only, no timing
+    huge: bool = False  # also the cases past 2^31 elements
+    variant: str = "student"  # student | solution | a broken variant's name: keeps build caches apart
+
+    def to_line(self) -> str:
+        return json.dumps(to_jsonable(self)) + "\n"
+
+    @classmethod
+    def from_line(cls, line: str) -> ChildJob:
+        return from_jsonable(cls, json.loads(line))
+
+
+@dataclass
+class TaskResult:
+    lab: str
+    number: str
+    title: str
+    source: str
+    verdict: Verdict
+    message: str = ""
+    cases: list[CaseRecord] = field(default_factory=list)
+    timings: list[Timing] = field(default_factory=list)
+    tests: list[TestOutcome] = field(default_factory=list)
+    kernels: list[KernelResources] = field(default_factory=list)
+    sanitizer: list[SanitizerRun] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    points: float = 0.0
+    max_points: float = 0.0
+
+    @property
+    def task_id(self) -> str:
+        return f"{self.lab}/{self.number}"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = to_jsonable(self)
+        d["task"] = self.task_id
+        return d
+
+
+# --- JSON round trip for the dataclasses above ----------------------------------------------
+
+T = TypeVar("T")
+
+
+def to_jsonable(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {k: to_jsonable(v) for k, v in asdict(obj).items()} | _enums(obj)
+    if isinstance(obj, Enum):
+        return obj.value
+    if isinstance(obj, list | tuple):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_jsonable(v) for k, v in obj.items()}
+    return obj
+
+
+def _enums(obj: Any) -> dict[str, Any]:
+    """asdict keeps Enum members; JSON wants their values."""
+    return {
+        f.name: getattr(obj, f.name).value for f in dataclasses.fields(obj) if isinstance(getattr(obj, f.name), Enum)
+    }
+
+
+def from_jsonable(cls: type[T], data: Any) -> T:
+    """Rebuilds dataclass `cls` from `to_jsonable` output; unknown keys are an error."""
+    hints = typing.get_type_hints(cls)
+    kwargs = {name: _convert(hints[name], value) for name, value in data.items()}
+    return cls(**kwargs)
+
+
+def _convert(tp: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _convert(args[0], value) if len(args) == 1 else value
+    if origin is list:
+        (inner,) = typing.get_args(tp)
+        return [_convert(inner, v) for v in value]
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        return tp(value)
+    if dataclasses.is_dataclass(tp):
+        return from_jsonable(tp, value)
+    return value
