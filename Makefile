@@ -17,11 +17,12 @@ export PYTEST_DISABLE_PLUGIN_AUTOLOAD := 1
 GRADE_OPTS := -q --no-header -p no:cacheprovider -rfEs $(if $(TASK),--task=$(TASK)) $(if $(SOLUTIONS),--solutions) $(ARGS)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup $(addprefix test-,$(LABS)) check verify grade bench-lab1 bench-grader sanitize-lab1 skeletons release lint clean
+.PHONY: help setup doctor check verify grade bench-grader skeletons release lint clean
 
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_%-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "  variables: TASK=NN (one task), SOLUTIONS=1 (grade the reference solutions), ARGS='...' (extra pytest options), OUT=dir, DEST=dir"
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_%-]+:.*## / {name = $$1; sub(/%/, "N", name); printf "  %-16s %s\n", name, $$2}' $(MAKEFILE_LIST)
+	@echo "  labs: N is 1 to 5 (make test-lab1, make bench-lab2, ...)"
+	@echo "  variables: TASK=NN or labN/NN (one task), SOLUTIONS=1 (grade the reference solutions), ARGS='...' (extra pytest options), OUT=dir, DEST=dir"
 
 # .venv/bin/python is a link to an old interpreter binary, so the set-up leaves a fresh stamp instead
 $(STAMP): setup.sh requirements.txt
@@ -30,23 +31,28 @@ $(STAMP): setup.sh requirements.txt
 setup: ## (re)create .venv and print the environment check
 	./setup.sh
 
-# grades one lab: its task files if it has any yet, else a pointer to its README
+# the lab a pattern target names (test-lab3 -> lab3); a lab without task files yet says so
 define grade_lab
 	@if ls $(1)/tests/test_[0-9][0-9]_*.py >/dev/null 2>&1; then \
-		$(PYTEST) $(1)/tests $(GRADE_OPTS); \
+		$(PYTEST) $(1)/tests $(GRADE_OPTS) $(2); \
 	else echo "$(1) is coming next: see $(1)/README.md"; fi
 endef
 
-test-lab1: $(STAMP) ## grade lab 1 (CUDA basics); one task: make test-lab1 TASK=03
-	$(call grade_lab,lab1)
-test-lab2: $(STAMP) ## grade lab 2 (GPU performance)
-	$(call grade_lab,lab2)
-test-lab3: $(STAMP) ## grade lab 3 (CUDA libraries)
-	$(call grade_lab,lab3)
-test-lab4: $(STAMP) ## grade lab 4 (inference compiler, part 1)
-	$(call grade_lab,lab4)
-test-lab5: $(STAMP) ## grade lab 5 (inference compiler, part 2: LLaMA)
-	$(call grade_lab,lab5)
+test-lab%: $(STAMP) ## grade one lab: make test-lab1 (one task: TASK=03)
+	$(call grade_lab,lab$*)
+
+sanitize-lab%: $(STAMP) ## run a lab under compute-sanitizer memcheck and racecheck (small sizes)
+	$(call grade_lab,lab$*,--sanitize)
+
+bench-lab%: $(STAMP) ## time a lab carefully; write its ladder tables and plots into labN/README.md
+	$(PY) -m grader bench lab$* $(if $(TASK),--task $(TASK)) $(if $(SOLUTIONS),--solutions)
+
+profile-lab%: $(STAMP) ## Nsight Compute summary of one task: make profile-lab1 TASK=03
+	@test -n "$(TASK)" || { echo "usage: make profile-lab$* TASK=NN"; exit 2; }
+	$(PY) -m grader profile lab$*/$(TASK) $(if $(SOLUTIONS),--solutions)
+
+doctor: $(STAMP) ## what this machine has for the course: toolkit, GPU, packages, profilers, models
+	$(PY) -m grader doctor
 
 check: $(STAMP) ## the course's own tests: pass on any machine, CPU-only included
 	$(PYTEST) grader/tests tests -q -p no:cacheprovider $(ARGS)
@@ -54,19 +60,13 @@ check: $(STAMP) ## the course's own tests: pass on any machine, CPU-only include
 verify: $(STAMP) ## instructors: every skeleton fails and every reference solution passes
 	$(PY) -m grader verify
 
-grade: $(STAMP) ## grade every lab (benchmark timing + sanitizer) into OUT=dir: results.json, junit.xml, summary.md
+grade: $(STAMP) ## grade every lab (benchmark timing, sanitizer, cases past 2^31 elements) into OUT=dir
 	@mkdir -p $(OUT)
-	$(PYTEST) $(wildcard lab*/tests) $(GRADE_OPTS) --timing=bench --sanitize --grade-dir=$(OUT) --junitxml=$(OUT)/junit.xml -o junit_family=xunit1
-
-bench-lab1: $(STAMP) ## time lab 1 carefully (longer runs, benchmark targets)
-	$(PYTEST) lab1/tests $(GRADE_OPTS) --timing=bench
+	$(PYTEST) $(wildcard lab*/tests) $(GRADE_OPTS) --timing=bench --sanitize --huge --grade-dir=$(OUT) --junitxml=$(OUT)/junit.xml -o junit_family=xunit1
 
 bench-grader: $(STAMP) ## time the edit-and-retest loop against torch's load_inline (GPU, instructors)
 	@test -f benchmarks/edit_loop.py || { echo "bench-grader is an instructor tool: not part of a student release"; exit 2; }
 	$(PY) benchmarks/edit_loop.py
-
-sanitize-lab1: $(STAMP) ## run lab 1 under compute-sanitizer memcheck and racecheck (small sizes)
-	$(PYTEST) lab1/tests $(GRADE_OPTS) --sanitize
 
 skeletons: $(STAMP) ## regenerate the student files from labN/solutions/*.cu
 	$(PY) -m grader skeletons

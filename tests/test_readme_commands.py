@@ -10,9 +10,11 @@ from grader import paths
 READMES = [paths.ROOT / "README.md", *sorted(paths.ROOT.glob("lab*/README.md"))]
 
 
-def _targets() -> set[str]:
+def _targets() -> list[re.Pattern[str]]:
+    """Every target the Makefile defines, pattern rules (`test-lab%`) included."""
     text = (paths.ROOT / "Makefile").read_text()
-    return set(re.findall(r"^([a-zA-Z0-9_-]+):", text, flags=re.M))
+    names = re.findall(r"^([a-zA-Z0-9_%-]+):", text, flags=re.M)
+    return [re.compile(re.escape(n).replace("%", r"[0-9]+") + "$") for n in names]
 
 
 def test_make_commands_in_readmes_exist():
@@ -20,22 +22,12 @@ def test_make_commands_in_readmes_exist():
     missing = []
     for readme in READMES:
         for target in re.findall(r"(?:^|`)make ([a-z][a-z0-9-]*)", readme.read_text(), flags=re.M):
-            if target not in targets:
+            if not any(t.match(target) for t in targets):
                 missing.append(f"{paths.rel(readme)}: make {target}")
     assert not missing, missing
 
 
 def test_make_help_lists_every_documented_target():
     out = subprocess.run(["make", "-s", "help"], cwd=paths.ROOT, capture_output=True, text=True).stdout
-    for target in (
-        "test-lab1",
-        "test-lab5",
-        "check",
-        "verify",
-        "grade",
-        "bench-lab1",
-        "sanitize-lab1",
-        "release",
-        "clean",
-    ):
+    for target in ("test-labN", "sanitize-labN", "bench-labN", "profile-labN", "check", "verify", "grade", "release", "clean"):
         assert target in out
