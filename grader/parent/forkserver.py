@@ -27,6 +27,10 @@ from grader import paths
 
 IDLE_SECONDS = 900
 
+# imported once by the server, so that no forked task process pays for them: each kind of task's
+# runner in the task process, and the heavy modules those runners use
+PRELOAD = ("torch", "grader.child.__main__", "grader.child.cudalib")
+
 
 def enabled() -> bool:
     return os.environ.get("GRADER_FORKSERVER", "1") != "0" and hasattr(os, "fork")
@@ -123,9 +127,13 @@ def _serve_one(conn: socket.socket, listener: socket.socket) -> None:
 
 
 def serve(path: Path) -> None:
-    import torch  # noqa: F401  the whole point: pay for this import once
+    import importlib
 
-    from grader.child import __main__  # noqa: F401
+    for name in PRELOAD:  # the whole point: pay for these imports once
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass  # a kind whose packages are missing fails in its own task, with its own message
 
     path.unlink(missing_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
