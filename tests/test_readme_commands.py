@@ -29,5 +29,15 @@ def test_make_commands_in_readmes_exist():
 
 def test_make_help_lists_every_documented_target():
     out = subprocess.run(["make", "-s", "help"], cwd=paths.ROOT, capture_output=True, text=True).stdout
-    for target in ("test-labN", "sanitize-labN", "bench-labN", "profile-labN", "check", "verify", "grade", "release", "clean"):
+    for target in (
+        "test-labN",
+        "sanitize-labN",
+        "bench-labN",
+        "profile-labN",
+        "check",
+        "verify",
+        "grade",
+        "release",
+        "clean",
+    ):
         assert target in out

@@ -87,7 +87,8 @@ def inputs_and_reference(
     for arg in entry.buffers("in") + entry.buffers("inout"):
         if arg.host:
             inputs[arg.name] = inputs[arg.name].cpu().contiguous()
-    return inputs, entry.reference(clone_values(inputs))
+    # a huge case has no room for clones; references are pure functions of their inputs anyway
+    return inputs, entry.reference(inputs if case.huge else clone_values(inputs))
 
 
 def run_case(task: CudaTask, entry: Entry, ep: EntryPoint, case: Case, ctx: RunContext, draw: int = 0) -> CaseRecord:
@@ -95,8 +96,13 @@ def run_case(task: CudaTask, entry: Entry, ep: EntryPoint, case: Case, ctx: RunC
 
     where = f"{entry.symbol}, case {case.label}" + (f" (random draw {draw + 1})" if draw else "")
     inputs, expected = inputs_and_reference(task, entry, case, draw)
-    clones = clone_values(inputs)
     shapes = task.shapes(inputs, expected)
+    if case.huge:  # tens of GB: no room for clones; the smaller cases check the inputs and the races
+        values, outs = prepare(task, entry, inputs, shapes)
+        call(ep, values, where)
+        check_outputs(task, entry, outs, expected, where)
+        return CaseRecord(case.label, entry.symbol)
+    clones = clone_values(inputs)
     values, outs = prepare(task, entry, inputs, shapes)
     call(ep, values, where)
     for arg in entry.buffers("in"):

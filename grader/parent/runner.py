@@ -40,8 +40,11 @@ class Options:
         if self.timeout is not None:
             return self.timeout
         if "GRADER_TIMEOUT" in os.environ:
-            return max(float(os.environ["GRADER_TIMEOUT"]), task.timeout or 0.0)
-        return task.timeout or DEFAULT_TIMEOUT
+            base = max(float(os.environ["GRADER_TIMEOUT"]), task.timeout or 0.0)
+        else:
+            base = task.timeout or DEFAULT_TIMEOUT
+        # cases past 2^31 elements fill tens of GB and compute their reference first
+        return base * 4 if self.huge and any(c.huge for c in getattr(task, "cases", ())) else base
 
 
 Sources = dict[str, Path]  # a task's file (relative to its lab) -> the file graded in its place

@@ -16,6 +16,7 @@ class Variant(NamedTuple):
     verdicts: set[str]  # any of these is right
     words: str  # the message must contain this (case-insensitive)
     why: str
+    huge: bool = False  # caught only by the cases past 2^31 elements (make grade)
 
 
 SAXPY_BODY = "    if (i < n) out[i] = alpha * x[i] + y[i];"
@@ -122,6 +123,14 @@ VARIANTS: dict[str, Variant] = {
         "",
         "the barrier sits before the loads instead of between loads and reads",
     ),
+    "02_matrix_add.int_offsets": Variant(
+        "02_matrix_add.cu",
+        [("size_t i = (size_t)row * cols + col;", "int i = row * cols + col;")],
+        {"wrong", "crash"},
+        "",
+        "32-bit flat offsets: row * cols overflows past 2^31 elements",
+        huge=True,
+    ),
     "07_histogram.no_zero": Variant(
         "07_histogram.cu",
         [("    CUDA_CHECK(cudaMemsetAsync(bins, 0, BINS * sizeof(unsigned int)));\n", "")],
@@ -146,3 +155,4 @@ BATCHES = [
     ["03_saxpy.no_guard"],
 ]
 SANITIZED = ["04_swap_pairs.sync_misplaced"]  # graded with compute-sanitizer as well
+HUGE = ["02_matrix_add.int_offsets"]  # graded with the cases past 2^31 elements (tens of GB of GPU memory)

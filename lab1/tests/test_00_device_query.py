@@ -78,11 +78,6 @@ def reference(v):
     return {"block_ids": g // v["threads_per_block"], "thread_ids": g % v["threads_per_block"]}
 
 
-def output_shapes(v):
-    n = v["blocks"] * v["threads_per_block"]
-    return {"block_ids": (n,), "thread_ids": (n,)}
-
-
 TASK = CudaTask(
     lab="lab1",
     number="00",
@@ -97,7 +92,6 @@ TASK = CudaTask(
     ],
     cases=[Case(f"<<<{b},{t}>>>", blocks=b, threads=t) for b, t in LAUNCHES],
     make_inputs=make_inputs,
-    output_shapes=output_shapes,
     rules=[NO_LIBRARIES],
     checks=[device_properties_match_torch],
 )

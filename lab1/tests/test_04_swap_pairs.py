@@ -38,7 +38,6 @@ TASK = CudaTask(
     ],
     cases=[Case(f"n={n}", n=n) for n in SIZES],
     make_inputs=make_inputs,
-    output_shapes=lambda v: {"out": (v["n"],)},
     timing_case=f"n={1 << 26}",
     rules=[
         NO_LIBRARIES,
