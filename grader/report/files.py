@@ -60,6 +60,11 @@ def markdown(results: list[TaskResult], env: dict[str, Any]) -> str:
                 f"| {r.task_id} | `{k.kernel}` | {k.registers} | {k.spill_stores}/{k.spill_loads} | {k.smem_bytes} B |"
             )
         lines.append("")
+    sanitized = [(r, s) for r in results for s in r.sanitizer]
+    if sanitized:
+        lines += ["## compute-sanitizer", "", "| task | tool | result |", "| --- | --- | --- |"]
+        lines += [f"| {r.task_id} | {s.tool} | {s.status}{': ' + s.detail if s.detail else ''} |" for r, s in sanitized]
+        lines.append("")
     noted = [(r, n) for r in results for n in r.notes if not n.startswith("built in")]
     if noted:
         lines += ["## Notes", ""] + [f"- {r.task_id}: {n}" for r, n in noted] + [""]

@@ -45,3 +45,20 @@ def test_memcheck_keeps_only_the_task_source():
 def test_hazard_report_format_is_read_once_per_pair_of_lines():
     (f,) = parse("racecheck", HAZARD, Path("lab1/04_swap_pairs.cu"))
     assert f.line == 28 and "RAW hazard within a warp (write at line 28, read at line 34)" in f.what
+
+
+def test_a_sanitizer_that_could_not_run_is_never_a_clean_run():
+    from grader.parent.sanitizer import outcome
+
+    clean = outcome("memcheck", "========= ERROR SUMMARY: 0 errors\n", True, [], "x.log")
+    assert clean.status == "clean"
+    refused = outcome(
+        "memcheck",
+        "========= Error: Target application terminated before first instrumented API call\n",
+        False,
+        [],
+        "x.log",
+    )
+    assert refused.status == "not run" and "terminated before" in refused.detail and "x.log" in refused.detail
+    silent = outcome("racecheck", "", True, [], "x.log")  # the task ran but the tool printed no summary
+    assert silent.status == "not run" and "printed nothing" in silent.detail
