@@ -33,7 +33,7 @@ def cuda_failure(e: BaseException, where: str) -> CheckFailure:
     if "illegal memory access" in first or "illegal address" in first:
         hint = (
             ": a thread read or wrote outside its buffer — check the bounds guard and the index math;"
-            " `make sanitize-lab1` names the line"
+            " `make sanitize-labN` names the line"
         )
     elif "no kernel image" in first:
         hint = ": the library was built for another architecture than this GPU's — unset GRADER_ARCH"
@@ -225,12 +225,13 @@ def run(task: CudaTask, job: ChildJob, rec: Recorder) -> None:
                 rec.set(phase=f"timing {entry.symbol}, case {case.label}")
                 report.timings.append(time_entry(task, entry, eps[entry.symbol], case, budget, copy))
     except CheckFailure as f:
-        rec.set(verdict=f.verdict, message=f.message, notes=ctx.notes)
+        rec.set(verdict=f.verdict, message=f.message.replace("sanitize-labN", f"sanitize-{task.lab}"), notes=ctx.notes)
         return
     except RuntimeError as e:
         # a CUDA error is the student's crash; any other error is the grader's own bug
         if isinstance(e, HarnessError) or not _is_cuda_error(e):
             raise
-        rec.set(verdict=Verdict.CRASH, message=cuda_failure(e, report.phase).message, notes=ctx.notes)
+        message = cuda_failure(e, report.phase).message.replace("sanitize-labN", f"sanitize-{task.lab}")
+        rec.set(verdict=Verdict.CRASH, message=message, notes=ctx.notes)
         return
     rec.set(verdict=Verdict.PASS, message="", notes=ctx.notes, phase="done")
