@@ -8,9 +8,14 @@ from pathlib import Path
 
 from grader import paths
 
-# instructor-only: solutions, the benchmark that edits them, and CI that grades them
-EXCLUDE_PARTS = {"solutions", "benchmarks"}
+# instructor-only: the labs' solutions, the benchmark that edits them, and CI that grades them.
+# The grader's own fixture tasks (grader/tests/fixtures) stay: they are not course content.
 EXCLUDE_FILES = {".github/workflows/gpu.yml"}
+
+
+def instructor_only(rel: Path) -> bool:
+    lab_solution = rel.parts[0].startswith("lab") and "solutions" in rel.parts
+    return lab_solution or rel.parts[0] == "benchmarks" or str(rel) in EXCLUDE_FILES
 
 
 def tracked_files() -> list[Path]:
@@ -33,7 +38,7 @@ def release(dest: Path) -> list[Path]:
         raise ValueError(f"{dest} exists and is not empty: choose a new folder")
     copied = []
     for rel in tracked_files():
-        if EXCLUDE_PARTS & set(rel.parts) or str(rel) in EXCLUDE_FILES:
+        if instructor_only(rel):
             continue
         src = paths.ROOT / rel
         if not src.exists():
