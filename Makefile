@@ -68,7 +68,7 @@ bench-grader: $(STAMP) ## time the edit-and-retest loop against torch's load_inl
 	@test -f benchmarks/edit_loop.py || { echo "bench-grader is an instructor tool: not part of a student release"; exit 2; }
 	$(PY) benchmarks/edit_loop.py
 
-skeletons: $(STAMP) ## regenerate the student files from labN/solutions/*.cu
+skeletons: $(STAMP) ## regenerate the student files (.cu, .py, .ipynb) from labN/solutions/
 	$(PY) -m grader skeletons
 
 release: $(STAMP) ## export a student tree without solutions: make release DEST=../student-release

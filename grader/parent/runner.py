@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader import paths, toolchain
-from grader.build.nvcc import BuildResult, build_all
+from grader.build.nvcc import BuildResult, BuildUnit, build_all
 from grader.parent import sanitizer, scoring
 from grader.parent.isolation import Child, ChildRun, child_env, new_child, signal_name
-from grader.parent.static_checks import check_source
+from grader.parent.static_checks import check_build, check_source
 from grader.records import ChildJob, SanitizerRun, TaskResult, Verdict
 from grader.tasks.spec import CudaTask, Task
 
@@ -119,9 +119,12 @@ def _grade(
     scratch = Path(tempfile.mkdtemp(prefix="grader-"))
     # the first task's process starts (imports torch, or sets up CUDA when forked) while nvcc builds
     pending = new_child(scratch / "0.json") if runnable else None
-    builds: dict[Path, BuildResult] = {}
+    builds: dict[str, BuildResult] = {}
     try:
-        builds = build_all([sources[t.task_id][t.source] for t in cuda]) if cuda else {}
+        # one unit per task: all its files, its own flags, libraries and header wheels
+        units = {t.task_id: BuildUnit.for_task(t, sources[t.task_id], variants[t.task_id]) for t in cuda}
+        built = build_all(list(units.values())) if units else {}
+        builds = {task_id: built[unit] for task_id, unit in units.items()}
     except toolchain.ToolchainError as e:
         for t in cuda:
             early[t.task_id] = _result(t, sources[t.task_id][t.source], Verdict.ENVIRONMENT, str(e))
@@ -131,8 +134,7 @@ def _grade(
             if t.task_id in early:
                 yield early[t.task_id]
                 continue
-            main_src = sources[t.task_id][t.source]
-            b = builds.get(main_src) if isinstance(t, CudaTask) else None
+            b = builds.get(t.task_id) if isinstance(t, CudaTask) else None
             child, pending = (pending, None) if t.task_id in runnable else (None, pending)
             res = _grade_one(t, sources[t.task_id], variants[t.task_id], b, opts, gpu, scratch / f"{i}.json", child)
             res.notes = notes.get(t.task_id, []) + res.notes
@@ -158,11 +160,15 @@ def _grade_one(
     start = time.perf_counter()
     src = sources[task.source]
     kernels = b.kernels if b else []
-    if b is not None and not b.ok:
+    # the rules that judge what was compiled (shared memory per kernel, headers read, libraries linked)
+    ruled = check_build(task, b, sources) if b is not None else None
+    if b is not None and (not b.ok or (ruled and ruled.verdict is not None)):
         if child:
             child.feed(None)
             child.wait(10)
-        return _result(task, src, Verdict.COMPILE_ERROR, b.error, kernels=kernels)
+        if ruled and ruled.verdict is not None:
+            return _result(task, src, ruled.verdict, ruled.message, kernels=kernels)
+        return _result(task, src, b.verdict, b.error, kernels=kernels)
     if task.gpu and not gpu:
         what = "the kernel compiled; " if b is not None else ""
         return _result(
@@ -195,15 +201,20 @@ def _grade_one(
 def from_child(task: Task, src: Path, run: ChildRun, timeout: float) -> TaskResult:
     """The task's result from what its process left behind: its report, exit status and output."""
     r = run.result
-    tail = "\n".join((run.stderr or "").strip().splitlines()[-8:])
+    tail = _last_output(run.stderr or "")
     if run.timed_out:
+        if task.kind in ("cuda", "torch_ext"):
+            why = (
+                "a kernel that never finishes (an infinite loop, a loop whose index never reaches its bound, "
+                "or a __syncthreads() that some threads of the block never reach)"
+            )
+        else:
+            why = "code that never finishes (an infinite loop, or a wait for something that never comes)"
         return _result(
             task,
             src,
             Verdict.TIMEOUT,
-            f"killed after {timeout:.0f} s in {r.phase}: a kernel that never finishes (an infinite loop, "
-            f"a loop whose index never reaches its bound, or a __syncthreads() that some threads of the "
-            f"block never reach); if it is only slow, raise GRADER_TIMEOUT",
+            f"killed after {timeout:.0f} s in {r.phase}: {why}; if it is only slow, raise GRADER_TIMEOUT",
             cases=r.cases,
             tests=r.tests,
         )
@@ -223,6 +234,16 @@ def from_child(task: Task, src: Path, run: ChildRun, timeout: float) -> TaskResu
     if r.verdict == Verdict.CRASH and tail:
         message += f"\nits last output:\n{tail}"
     return _result(task, src, r.verdict, message, cases=r.cases, timings=r.timings, tests=r.tests, notes=list(r.notes))
+
+
+def _last_output(stderr: str) -> str:
+    """What a dead task process said last. Python's fault handler prints the innermost frame first,
+    so its report is quoted from its start; otherwise the last lines."""
+    lines = stderr.strip().splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("Fatal Python error"):
+            return "\n".join(lines[i : i + 12])
+    return "\n".join(lines[-8:])
 
 
 def _sanitize(task: Task, job: ChildJob, opts: Options, result_path: Path, res: TaskResult) -> None:

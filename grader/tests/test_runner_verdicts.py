@@ -16,7 +16,8 @@ def test_a_missing_toolkit_is_an_environment_verdict_not_a_compile_error(monkeyp
 
     monkeypatch.setattr(toolchain, "find_nvcc", no_nvcc)
     monkeypatch.setattr(toolchain, "nvcc_version", lambda: "unknown")
-    (result,) = runner.grade([catalogue.task_by_id("lab1/01")], runner.Options(solutions=True, timing="off"))
+    # the student's file, forced past "not started": a student release has no solutions
+    (result,) = runner.grade([catalogue.task_by_id("lab1/01")], runner.Options(force_run=True, timing="off"))
     assert result.verdict == Verdict.ENVIRONMENT and "nvcc not found" in result.message
     assert result.points == 0
 
