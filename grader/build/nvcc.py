@@ -1,68 +1,147 @@
-"""Builds task sources into shared libraries with nvcc.
+"""Builds task sources into shared libraries with nvcc, and records what the build compiled.
 
-Outputs are named by a hash of everything that affects them (source, course.h, flags, nvcc
-version, architecture), so an unchanged task is never rebuilt and switching between a skeleton
-and a solution costs nothing. Whatever must be built is built in one ninja run, in parallel, with
-each compile's output kept in a log next to the library.
+A build unit is one task's graded files (one or more `.cu`/`.cpp`) with the task's own nvcc
+flags, libraries and header wheels. Each source is compiled on its own (`-c`), then the objects
+are linked `-shared` into one library; whatever must be built is built in one ninja run, in
+parallel, each step's output kept in the unit's log.
+
+Outputs are named by a key over everything that goes into the build: every source (content and
+path, since `__FILE__` is compiled in), course.h, the course's flags and the task's, the
+libraries (where they were found, their versions), the header wheels (their versions), nvcc's
+version and the architecture. A record beside each library (`.json`) lists the headers the
+preprocessor read: those outside the toolkit, the system and installed wheels (which the key
+covers by their versions) are stored with a hash of their content, so editing a header the task
+includes rebuilds it, while a lookup of an unchanged task costs a few hashes and one small read.
+
+The record also keeps what the rules judge (grader/parent/static_checks.py): the headers that
+belong to a library and the line of a graded file that brought each in, the shared libraries and
+library symbols the .so needs, and per kernel ptxas's shared memory and barriers and what its
+PTX touches.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.metadata as md
+import json
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grader import paths, toolchain
-from grader.build.ptxas import parse_ptxas
-from grader.records import KernelResources
+from grader.build import packages
+from grader.build.ptxas import PtxFacts, demangle, parse_entries, parse_ptx
+from grader.records import KernelResources, Verdict
 
-# Never -G: device debug code is an order of magnitude slower and every task is timed.
-FLAGS = ["-O3", "-lineinfo", "-std=c++17", "-Xcompiler", "-fPIC", "-shared", "-Xptxas", "-v"]
+if TYPE_CHECKING:
+    from grader.tasks.spec import CudaTask
+
+# Every compile. Never -G: device debug code is an order of magnitude slower and every task is timed.
+FLAGS = ["-O3", "-lineinfo", "-std=c++17", "-Xcompiler", "-fPIC", "-Xptxas", "-v"]
+LINK_FLAGS = ["-shared"]
+# what a task's nvcc_flags may not say: the grader decides debug level, outputs and build steps
+REFUSED_TASK_FLAGS = ("-G", "--device-debug", "-o", "--output-file", "-c", "--compile", "-shared", "--shared")
+COMPILED = (".cu", ".cpp", ".cc", ".cxx", ".c")  # a task's other files (headers) are hashed, not compiled
+RECORD_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class BuildUnit:
+    """One shared library: which files, built how, and where its outputs go
+    (`.build/<group>/<stem>.<key>.so`, with `.log` and `.json` beside it)."""
+
+    name: str  # for messages: the task id, or the file for a lone source
+    sources: tuple[Path, ...]
+    group: str  # the folder under .build/
+    stem: str  # the outputs' names start so: "03_saxpy.sol"
+    flags: tuple[str, ...] = ()
+    libraries: tuple[str, ...] = ()
+    include_packages: tuple[str, ...] = ()
+    include_dirs: tuple[Path, ...] = ()
+
+    @classmethod
+    def for_task(cls, task: CudaTask, sources: Mapping[str, Path], variant: str) -> BuildUnit:
+        """The task's unit: all its files in the order the spec lists them, the lab folder on the
+        include path (so a variant graded from elsewhere finds the lab's headers), the spec's flags,
+        libraries and header wheels. `variant` (student, solution, variant) keeps caches apart."""
+        files = tuple(sources[rel] for rel in task.sources)
+        tag = {"solution": "sol", "student": "student"}.get(variant, "variant")
+        return cls(
+            name=task.task_id,
+            sources=files,
+            group=task.lab,
+            stem=f"{sources[task.source].stem}.{tag}",
+            flags=tuple(task.nvcc_flags),
+            libraries=tuple(task.libraries),
+            include_packages=tuple(task.include_packages),
+            include_dirs=(task.lab_dir(),),
+        )
+
+    @classmethod
+    def single(cls, source: Path) -> BuildUnit:
+        """One file on its own with the course's flags (every .cu compiles: tests/test_compile_all.py)."""
+        solution = source.parent.name == "solutions"
+        group = source.parent.parent.name if solution else source.parent.name
+        return cls(paths.rel(source), (source,), group, f"{source.stem}.{'sol' if solution else 'student'}")
+
+
+@dataclass
+class KernelFacts:
+    """One kernel as compiled, for the rules: ptxas's static shared memory and barriers, and
+    whether its PTX (with the functions it calls) touches shared memory or has a barrier."""
+
+    kernel: str  # demangled, as KernelResources names it
+    source: str  # the graded file it was compiled from (repo-relative)
+    smem_bytes: int
+    barriers: int | None  # None: this ptxas does not report barriers
+    ptx_shared: bool
+    ptx_barrier: bool
+
+    @property
+    def uses_shared_memory(self) -> bool:
+        # ptxas reports static shared memory only; dynamic (extern __shared__) shows in the PTX
+        return self.smem_bytes > 0 or self.ptx_shared
+
+    @property
+    def has_barrier(self) -> bool:
+        return bool(self.barriers) or self.ptx_barrier
+
+
+@dataclass
+class BuildFacts:
+    """What a successful build compiled and links, as the rules judge it."""
+
+    headers: list[str] = field(default_factory=list)  # every header the preprocessor read
+    # a header that belongs to a library -> "file:line" of the graded file's #include that led to it
+    library_headers: dict[str, str] = field(default_factory=dict)
+    needed: list[str] | None = None  # the .so's DT_NEEDED; None: readelf is missing
+    library_symbols: list[str] | None = None  # undefined symbols of a CUDA library (cublas*, cudnn*, ...)
+    kernels: list[KernelFacts] = field(default_factory=list)
 
 
 @dataclass
 class BuildResult:
-    source: Path
+    source: Path  # the unit's first file
     ok: bool
     lib: Path | None
     log: str = ""
-    error: str = ""  # nvcc's first error, file:line first
+    error: str = ""  # nvcc's first error, file:line first; or why the build could not be tried
     kernels: list[KernelResources] = field(default_factory=list)
     cached: bool = False
     seconds: float = 0.0
-
-
-def nvcc_command(source: Path, output: Path, arch: str) -> list[str]:
-    return [
-        str(toolchain.find_nvcc()),
-        *FLAGS,
-        *toolchain.gencode_flags(arch),
-        f"-I{paths.INCLUDE}",
-        str(source),
-        "-o",
-        str(output),
-    ]
-
-
-def _digest(source: Path, arch: str) -> str:
-    h = hashlib.sha256()
-    h.update(source.read_bytes())
-    for header in sorted(paths.INCLUDE.glob("*.h")):
-        h.update(header.read_bytes())
-    h.update(" ".join([*FLAGS, arch, toolchain.nvcc_version()]).encode())
-    return h.hexdigest()[:16]
-
-
-def output_for(source: Path, arch: str) -> Path:
-    sub = source.parent.parent.name if source.parent.name == "solutions" else source.parent.name
-    tag = "sol" if source.parent.name == "solutions" else "student"
-    return paths.BUILD / sub / f"{source.stem}.{tag}.{_digest(source, arch)}.so"
+    # what a failed build means: the student's compile error, a machine that lacks something
+    # (ENVIRONMENT), or a task spec the grader refuses (GRADER_ERROR)
+    verdict: Verdict = Verdict.COMPILE_ERROR
+    unit: BuildUnit | None = None
+    facts: BuildFacts | None = None
 
 
 def first_error(log: str) -> str:
@@ -83,6 +162,325 @@ def first_error(log: str) -> str:
     return lines[-1] if lines else "nvcc failed without output"
 
 
+# a failed build whose log says one of these failed for the machine's sake (or the task spec's:
+# nvcc refusing a flag), not for the student's code
+_ENVIRONMENT_FAILURES = re.compile(
+    r"unsupported (GNU|clang|Microsoft Visual Studio) version"
+    r"|^nvcc fatal\s*:"
+    r"|^(/bin/)?sh: \d+: \S+: not found$"
+    r"|cannot find -l\S+"
+    r"|ptxas fatal\s*:\s*Value '\w+' is not defined",
+    re.M,
+)
+
+
+def environment_problem(log: str) -> str | None:
+    m = _ENVIRONMENT_FAILURES.search(log)
+    if m is None:
+        return None
+    end = log.find("\n", m.start())
+    line = log[log.rfind("\n", 0, m.start()) + 1 : end if end >= 0 else len(log)]
+    return f"the CUDA toolchain on this machine failed, not the code: {line.strip()}"
+
+
+# --- the toolkit ----------------------------------------------------------------------------
+
+
+@functools.cache
+def _nvcc_identity(nvcc: Path) -> str:
+    """nvcc's full version (V13.0.88 and its build), for the key: a patch release rebuilds."""
+    out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True).stdout
+    return " ".join(line for line in out.splitlines() if "release" in line or line.startswith("Build"))
+
+
+@dataclass(frozen=True)
+class Toolkit:
+    root: Path  # the toolkit's top folder: headers below it are covered by its version
+    include_dirs: tuple[Path, ...]
+    lib_dirs: tuple[Path, ...]
+
+
+@functools.cache
+def _toolkit(nvcc: Path) -> Toolkit:
+    """Where nvcc itself looks for headers and libraries (its dry run prints nvcc.profile's values):
+    nvcc may be a wrapper script, so its own location says nothing."""
+    out = subprocess.run(
+        [str(nvcc), "--dryrun", "-c", "-x", "cu", os.devnull, "-o", os.devnull], capture_output=True, text=True
+    )
+    text = out.stdout + out.stderr
+    values = dict(re.findall(r"^#\$ (\w+)=(.*)$", text, re.M))
+
+    def folders(name: str, flag: str) -> tuple[Path, ...]:
+        found = re.findall(rf'{flag}"?\s*"?([^"\s]+)', values.get(name, ""))
+        return tuple(Path(os.path.normpath(f)) for f in found)
+
+    root = Path(os.path.normpath(values.get("TOP", str(nvcc.resolve().parent.parent))))
+    includes = folders("INCLUDES", "-I") + folders("SYSTEM_INCLUDES", "-isystem")
+    libs = tuple(d for d in folders("LIBRARIES", "-L") if d.name != "stubs")
+    return Toolkit(root, includes or (root / "include",), libs or (root / "lib64",))
+
+
+# --- one unit: what goes in, and the key over it -------------------------------------------
+
+
+@dataclass
+class _Plan:
+    unit: BuildUnit
+    key: str
+    base: Path  # outputs: base.so, base.log, base.json; base.work<pid>/ while building
+    compile_extra: list[str]  # -I for header wheels and libraries, the task's flags
+    link_extra: list[str]  # the task's flags, -L/-l/rpath per library
+    external: list[Path]  # header folders whose content the key covers by a version
+
+    @property
+    def lib(self) -> Path:
+        return self.base.with_name(self.base.name + ".so")
+
+    @property
+    def record(self) -> Path:
+        return self.base.with_name(self.base.name + ".json")
+
+    @property
+    def log(self) -> Path:
+        return self.base.with_name(self.base.name + ".log")
+
+    @property
+    def work(self) -> Path:
+        # per process: two graders building the same unit at once never share intermediates
+        return self.base.with_name(f"{self.base.name}.work{os.getpid()}")
+
+
+class _UnitProblem(Exception):  # noqa: N818 - carries a verdict, like CheckFailure
+    def __init__(self, verdict: Verdict, message: str) -> None:
+        super().__init__(message)
+        self.verdict = verdict
+        self.message = message
+
+
+def _plan(unit: BuildUnit, arch: str, identity: str, nvcc: Path) -> _Plan:
+    refused = [f for f in unit.flags if f in REFUSED_TASK_FLAGS or f.startswith(("-G", "--device-debug"))]
+    if refused:
+        raise _UnitProblem(
+            Verdict.GRADER_ERROR,
+            f"task spec error: nvcc_flags may not contain {', '.join(refused)} (the grader sets those)",
+        )
+    unknown = [n for n in unit.libraries if n not in packages.LINK_LIBRARIES]
+    if unknown:
+        known = ", ".join(packages.LINK_LIBRARIES)
+        raise _UnitProblem(Verdict.GRADER_ERROR, f"task spec error: unknown library {unknown[0]!r} (known: {known})")
+    compile_extra: list[str] = [f"-I{d}" for d in unit.include_dirs]
+    link_extra: list[str] = []
+    external: list[Path] = []
+    material: list[object] = [FLAGS, LINK_FLAGS, list(unit.flags), arch, identity, [str(d) for d in unit.include_dirs]]
+    for dist in unit.include_packages:
+        if dist not in packages.HEADER_PACKAGES:
+            known = ", ".join(packages.HEADER_PACKAGES)
+            raise _UnitProblem(
+                Verdict.GRADER_ERROR, f"task spec error: unknown header package {dist!r} (known: {known})"
+            )
+        try:
+            folder = packages.header_dir(dist)
+        except toolchain.ToolchainError as e:
+            raise _UnitProblem(Verdict.ENVIRONMENT, str(e)) from None
+        compile_extra.append(f"-I{folder}")
+        external.append(folder)
+        material.append([dist, md.version(dist), str(folder)])
+    if unit.libraries:
+        tk = _toolkit(nvcc)
+        for name in unit.libraries:
+            try:
+                found = packages.find_library(name, tk.lib_dirs, tk.include_dirs)
+            except ValueError as e:
+                raise _UnitProblem(Verdict.GRADER_ERROR, f"task spec error: {e}") from None
+            except toolchain.ToolchainError as e:
+                raise _UnitProblem(Verdict.ENVIRONMENT, str(e)) from None
+            if found.include_dir is not None and f"-I{found.include_dir}" not in compile_extra:
+                compile_extra.append(f"-I{found.include_dir}")
+                external.append(found.include_dir)
+            link_extra += found.link_flags
+            material.append([name, str(found.lib_dir), found.file, found.version])
+    compile_extra += unit.flags
+    link_extra = [*unit.flags, *link_extra]
+
+    h = hashlib.sha256(json.dumps(material).encode())
+    for src in unit.sources:
+        h.update(os.path.abspath(src).encode() + b"\0")
+        try:
+            h.update(src.read_bytes())
+        except OSError as e:
+            raise _UnitProblem(Verdict.COMPILE_ERROR, f"{paths.rel(src)} cannot be read: {e.strerror}") from None
+    for header in sorted(paths.INCLUDE.glob("*.h")):
+        h.update(header.read_bytes())
+    key = h.hexdigest()[:16]
+    base = paths.BUILD / unit.group / f"{unit.stem}.{key}"
+    return _Plan(unit, key, base, compile_extra, link_extra, external)
+
+
+def _hash_file(path: str) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    except OSError:
+        return None
+
+
+def _cached(plan: _Plan) -> BuildResult | None:
+    """The unit's earlier build, if its library and record are there and no header it read changed."""
+    if not plan.lib.exists():
+        return None
+    try:
+        record = json.loads(plan.record.read_text())
+    except (OSError, ValueError):
+        return None
+    if record.get("format") != RECORD_FORMAT or record.get("key") != plan.key:
+        return None
+    try:
+        if any(_hash_file(p) != digest for p, digest in record["headers"].items() if digest is not None):
+            return None
+        facts = _facts_from(record)
+        kernels = [KernelResources(**k) for k in record["kernels_resources"]]
+    except (KeyError, TypeError, AttributeError):  # a record this grader does not read: build again
+        return None
+    log = plan.log.read_text() if plan.log.exists() else ""
+    return BuildResult(
+        plan.unit.sources[0], True, plan.lib, log, kernels=kernels, cached=True, unit=plan.unit, facts=facts
+    )
+
+
+def _facts_from(record: dict) -> BuildFacts:
+    return BuildFacts(
+        headers=list(record["headers"]),
+        library_headers=dict(record["library_headers"]),
+        needed=record["needed"],
+        library_symbols=record["library_symbols"],
+        kernels=[KernelFacts(**k) for k in record["kernels"]],
+    )
+
+
+# --- building ---------------------------------------------------------------------------------
+
+
+def build_all(
+    units: Sequence[BuildUnit | Path], arch: str | None = None, jobs: int | None = None
+) -> dict[BuildUnit | Path, BuildResult]:
+    """Builds every unit not built before and returns a result per unit (a bare Path is one file
+    on its own, keyed by that Path). A unit that cannot be tried here (a missing library or header
+    wheel, a refused flag) gets a failed result with its verdict; no nvcc at all raises
+    ToolchainError, since no unit can be built."""
+    arch = arch or toolchain.target_arch()
+    nvcc = toolchain.find_nvcc()  # every call: a machine without nvcc must never look built
+    identity = _nvcc_identity(nvcc)
+    results: dict[BuildUnit | Path, BuildResult] = {}
+    todo: dict[Path, tuple[_Plan, list[BuildUnit | Path]]] = {}
+    for item in units:
+        unit = BuildUnit.single(item) if isinstance(item, Path) else item
+        try:
+            plan = _plan(unit, arch, identity, nvcc)
+        except _UnitProblem as e:
+            results[item] = BuildResult(unit.sources[0], False, None, error=e.message, verdict=e.verdict, unit=unit)
+            continue
+        if plan.base in todo:
+            todo[plan.base][1].append(item)
+        elif (hit := _cached(plan)) is not None:
+            results[item] = hit
+        else:
+            todo[plan.base] = (plan, [item])
+    if todo:
+        start = time.perf_counter()
+        plans = [plan for plan, _ in todo.values()]
+        _run_builds(plans, arch, jobs, nvcc)
+        elapsed = time.perf_counter() - start
+        tk = _toolkit(nvcc)
+        for plan, items in todo.values():
+            result = _finish(plan, tk)
+            result.seconds = elapsed
+            for item in items:
+                results[item] = result
+    return results
+
+
+def _compile_command(plan: _Plan, i: int, src: Path, arch: str, nvcc: Path) -> list[str]:
+    work = plan.work
+    return [
+        str(nvcc),
+        *FLAGS,
+        *toolchain.gencode_flags(arch),
+        f"-I{paths.INCLUDE}",
+        *plan.compile_extra,
+        # the headers this compile read, for the cache and the library rule; the PTX and the
+        # preprocessed source, for the rules (read, then deleted with the work folder)
+        "-MD",
+        "-MF",
+        str(work / f"{i}.d"),
+        "--keep",
+        "--keep-dir",
+        str(work / str(i)),
+        "-c",
+        os.path.abspath(src),
+        "-o",
+        str(work / f"{i}.o"),
+    ]
+
+
+def _link_command(plan: _Plan, objects: list[Path], arch: str, nvcc: Path) -> list[str]:
+    return [
+        str(nvcc),
+        *FLAGS,
+        *LINK_FLAGS,
+        *toolchain.gencode_flags(arch),
+        *[str(o) for o in objects],
+        "-o",
+        str(plan.work / "lib.so"),
+        *plan.link_extra,
+    ]
+
+
+def _compiled(plan: _Plan) -> list[tuple[int, Path]]:
+    return [(i, s) for i, s in enumerate(plan.unit.sources) if s.suffix in COMPILED]
+
+
+def _run_builds(plans: list[_Plan], arch: str, jobs: int | None, nvcc: Path) -> None:
+    steps: list[tuple[list[Path], list[Path], str]] = []  # (outputs, inputs, shell command)
+    for plan in plans:
+        shutil.rmtree(plan.work, ignore_errors=True)
+        plan.work.mkdir(parents=True)
+        objects = []
+        for i, src in _compiled(plan):
+            (plan.work / str(i)).mkdir()
+            obj = plan.work / f"{i}.o"
+            log = plan.work / f"{i}.log"
+            cmd = f"{shlex.join(_compile_command(plan, i, src, arch, nvcc))} > {shlex.quote(str(log))} 2>&1"
+            steps.append(([obj], [src], cmd))
+            objects.append(obj)
+        link_log = plan.work / "link.log"
+        cmd = f"{shlex.join(_link_command(plan, objects, arch, nvcc))} > {shlex.quote(str(link_log))} 2>&1"
+        steps.append(([plan.work / "lib.so"], objects, cmd))
+    ninja = _ninja()
+    if ninja is None or len(steps) <= 2:
+        for _outputs, inputs, cmd in steps:  # in order: a unit's objects come before its link
+            if all(p.exists() for p in inputs):
+                subprocess.run(["/bin/sh", "-c", cmd], cwd=paths.BUILD, check=False)
+        return
+    build_file = paths.BUILD / f"build-{os.getpid()}.ninja"
+    lines = ["rule sh", "  command = /bin/sh -c $cmd", "  description = nvcc $out", ""]
+    for outputs, inputs, cmd in steps:
+        outs = " ".join(_ninja_escape(str(p)) for p in outputs)
+        ins = " ".join(_ninja_escape(str(p)) for p in inputs)
+        lines.append(f"build {outs}: sh {ins}")
+        lines.append(f"  cmd = {shlex.quote(cmd).replace('$', '$$')}")
+    build_file.parent.mkdir(parents=True, exist_ok=True)
+    build_file.write_text("\n".join(lines) + "\n")
+    try:
+        subprocess.run(
+            [ninja, "-f", str(build_file), "-k", "0", "-j", str(jobs or os.cpu_count() or 2)],
+            cwd=paths.BUILD,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    finally:
+        build_file.unlink(missing_ok=True)
+
+
 def _ninja() -> str | None:
     found = shutil.which("ninja")
     if found:
@@ -100,68 +498,169 @@ def _ninja_escape(text: str) -> str:
     return text.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
 
 
-def build_all(sources: list[Path], arch: str | None = None, jobs: int | None = None) -> dict[Path, BuildResult]:
-    """Builds every source (skipping those already built) and returns a result per source."""
-    arch = arch or toolchain.target_arch()
-    results: dict[Path, BuildResult] = {}
-    todo: list[tuple[Path, Path]] = []
-    for src in sources:
-        out = output_for(src, arch)
-        if out.exists():
-            log = out.with_suffix(".log").read_text() if out.with_suffix(".log").exists() else ""
-            results[src] = BuildResult(src, True, out, log, kernels=parse_ptxas(log), cached=True)
-        else:
-            todo.append((src, out))
-    if todo:
-        start = time.perf_counter()
-        _run_builds(todo, arch, jobs)
-        elapsed = time.perf_counter() - start
-        for src, out in todo:
-            log_path = out.with_suffix(".log")
-            log = log_path.read_text() if log_path.exists() else ""
-            ok = out.exists()
-            results[src] = BuildResult(
-                src,
-                ok,
-                out if ok else None,
-                log,
-                error="" if ok else first_error(log),
-                kernels=parse_ptxas(log) if ok else [],
-                seconds=elapsed,
-            )
-    return results
-
-
-def _run_builds(todo: list[tuple[Path, Path]], arch: str, jobs: int | None) -> None:
-    for _, out in todo:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    commands = []
-    for src, out in todo:
-        tmp = out.with_suffix(".tmp.so")
-        nvcc = shlex.join(nvcc_command(src, tmp, arch))
-        # the library appears only once nvcc succeeded, so a half-written one is never loaded
-        commands.append(
-            f"{nvcc} > {shlex.quote(str(out.with_suffix('.log')))} 2>&1"
-            f" && mv {shlex.quote(str(tmp))} {shlex.quote(str(out))}"
-        )
-    ninja = _ninja()
-    if ninja is None or len(commands) == 1:
-        for cmd in commands:
-            subprocess.run(["/bin/sh", "-c", cmd], check=False)
-        return
-    build_file = paths.BUILD / f"build-{os.getpid()}.ninja"
-    lines = ["rule sh", "  command = /bin/sh -c $cmd", "  description = nvcc $out", ""]
-    for (src, out), cmd in zip(todo, commands, strict=True):
-        lines.append(f"build {_ninja_escape(str(out))}: sh {_ninja_escape(str(src))}")
-        lines.append(f"  cmd = {shlex.quote(cmd).replace('$', '$$')}")
-    build_file.write_text("\n".join(lines) + "\n")
+def _finish(plan: _Plan, tk: Toolkit) -> BuildResult:
+    """After ninja: the unit's log, and for a success its record (written before the library is
+    moved into place, so a library is never found without one); the work folder goes."""
+    work = plan.work
+    logs = [work / f"{i}.log" for i, _ in _compiled(plan)] + [work / "link.log"]
+    parts = [f.read_text(errors="replace") for f in logs if f.exists()]
+    log = "\n".join(p for p in parts if p)
+    plan.log.write_text(log)
+    unit = plan.unit
+    ok = (work / "lib.so").exists()
     try:
-        subprocess.run(
-            [ninja, "-f", str(build_file), "-k", "0", "-j", str(jobs or os.cpu_count() or 2)],
-            cwd=paths.BUILD,
-            capture_output=True,
-            text=True,
-            check=False,
+        if not ok:
+            problem = environment_problem(log)
+            return BuildResult(
+                unit.sources[0],
+                False,
+                None,
+                log,
+                error=problem or first_error(log),
+                verdict=Verdict.ENVIRONMENT if problem else Verdict.COMPILE_ERROR,
+                unit=unit,
+            )
+        record = _record(plan, tk, log)
+        plan.record.write_text(json.dumps(record))
+        os.replace(work / "lib.so", plan.lib)
+        return BuildResult(
+            unit.sources[0],
+            True,
+            plan.lib,
+            log,
+            kernels=[KernelResources(**k) for k in record["kernels_resources"]],
+            unit=unit,
+            facts=_facts_from(record),
         )
     finally:
-        build_file.unlink(missing_ok=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# --- the record: what the build read, compiled and links --------------------------------------
+
+
+def _record(plan: _Plan, tk: Toolkit, log: str) -> dict:
+    work = plan.work
+    graded = {os.path.normpath(os.path.abspath(s)) for s in plan.unit.sources}
+    headers: list[str] = []
+    for i, _ in _compiled(plan):
+        for h in _dep_file(work / f"{i}.d"):
+            if h not in graded and h not in headers:
+                headers.append(h)
+    untracked = [str(tk.root), *map(str, tk.include_dirs), *map(str, plan.external), *_SYSTEM_HEADER_ROOTS]
+    tracked = {h: None if _covered(h, untracked) else _hash_file(h) for h in headers}
+    library = [h for h in headers if packages.library_of_header(h, paths.ROOT)]
+    sites = _include_sites(plan, set(library), graded | {h for h, d in tracked.items() if d}) if library else {}
+
+    kernels: list[dict] = []
+    resources: list[dict] = []
+    # all files' PTX at once: with -rdc a kernel may call a function another file defines
+    ptx = parse_ptx("\n".join(f.read_text(errors="replace") for f in sorted(work.glob("*/*.ptx"))))
+    for i, src in _compiled(plan):
+        log_file = work / f"{i}.log"
+        entries = parse_entries(log_file.read_text(errors="replace")) if log_file.exists() else []
+        names = demangle([e.mangled for e in entries])
+        for e, name in zip(entries, names, strict=True):
+            e.resources.kernel = name
+            facts = ptx.get(e.mangled, PtxFacts(False, False))
+            resources.append(asdict(e.resources))
+            kernels.append(
+                asdict(
+                    KernelFacts(name, paths.rel(src), e.resources.smem_bytes, e.barriers, facts.shared, facts.barrier)
+                )
+            )
+    needed, symbols = _dynamic(work / "lib.so")
+    return {
+        "format": RECORD_FORMAT,
+        "key": plan.key,
+        "unit": plan.unit.name,
+        "headers": tracked,
+        "library_headers": sites,
+        "needed": needed,
+        "library_symbols": symbols,
+        "kernels": kernels,
+        "kernels_resources": resources,
+    }
+
+
+# the host compiler's and the distribution's headers: they change with the system, not with a task
+_SYSTEM_HEADER_ROOTS = ("/usr/include", "/usr/lib", "/usr/local/include", "/opt/rh")
+
+
+def _covered(header: str, roots: list[str]) -> bool:
+    """Whether the key already covers this header (toolkit, system, a wheel by its version)."""
+    parts = Path(header).parts
+    if "site-packages" in parts or "dist-packages" in parts:
+        return True
+    return any(header.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _dep_file(path: Path) -> list[str]:
+    """The prerequisites of a make-style dependency file (-MD -MF), normalized absolute paths."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return []
+    tokens = [t.replace("\\ ", " ") for t in re.split(r"(?<!\\)\s+", text.replace("\\\n", " ")) if t]
+    try:
+        start = next(i for i, t in enumerate(tokens) if t.endswith(":")) + 1
+    except StopIteration:
+        return []
+    out = []
+    for t in tokens[start:]:
+        if t.endswith(":"):  # -MP phony targets, never emitted here; stop to be safe
+            break
+        out.append(os.path.normpath(os.path.join(str(paths.BUILD), t.replace("$$", "$"))))
+    return out
+
+
+_MARKER = re.compile(r'^# (\d+) "((?:[^"\\]|\\.)*)"((?: \d+)*)[ \t]*$', re.M)
+
+
+def _include_sites(plan: _Plan, wanted: set[str], own: set[str]) -> dict[str, str]:
+    """For each library header: "file:line" of the #include in the task's own files (the graded
+    sources, or a header of theirs) that brought it in, read from the preprocessed sources'
+    line markers. Only the headers such a line includes directly are kept (the rest follow from
+    them); the first library header is kept in any case, with no line if none was found."""
+    sites: dict[str, str] = {}
+    first: str | None = None
+    for i, _ in _compiled(plan):
+        keep = plan.work / str(i)
+        for ii in sorted(keep.glob("*.ii"), key=lambda p: (".cpp4." not in p.name, p.name)):
+            text = ii.read_text(errors="replace")
+            stack: list[list] = []  # [file, line number of the text at offset, offset]
+            for m in _MARKER.finditer(text):
+                line, name, flags = int(m[1]), m[2].replace("\\\\", "\\"), m[3].split()
+                file = os.path.normpath(name) if name.startswith("/") else name
+                after = m.end() + 1
+                if "1" in flags and stack:
+                    top = stack[-1]
+                    here = top[1] + text.count("\n", top[2], m.start())
+                    top[1], top[2] = here, m.start()
+                    if file in wanted:
+                        first = first or file
+                        if top[0] in own and file not in sites:
+                            sites[file] = f"{paths.rel(Path(top[0]))}:{here}"
+                    stack.append([file, line, after])
+                elif "2" in flags:
+                    while len(stack) > 1 and stack[-1][0] != file:
+                        stack.pop()
+                    stack[-1:] = [[file, line, after]]
+                elif stack:
+                    stack[-1] = [file, line, after]
+                else:
+                    stack.append([file, line, after])
+    if not sites and wanted:
+        sites[first or sorted(wanted)[0]] = ""
+    return sites
+
+
+def _dynamic(lib: Path) -> tuple[list[str] | None, list[str] | None]:
+    """The shared libraries the .so needs, and the CUDA library symbols it leaves undefined."""
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        return None, None
+    out = subprocess.run([readelf, "-W", "-d", "--dyn-syms", str(lib)], capture_output=True, text=True).stdout
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
+    undefined = re.findall(r"^\s*\d+:\s+\S+\s+\d+\s+\w+\s+\w+\s+\w+\s+UND\s+([^\s@]+)", out, re.M)
+    return needed, sorted({s for s in undefined if packages.library_of_symbol(s)})[:50]

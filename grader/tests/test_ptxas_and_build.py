@@ -1,10 +1,14 @@
 import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
 from grader import paths, toolchain
 from grader.build import nvcc as build
-from grader.build.ptxas import parse_ptxas
+from grader.build.nvcc import BuildUnit
+from grader.build.ptxas import parse_entries, parse_ptx, parse_ptxas
+from grader.records import Verdict
 
 LOG = """\
 ptxas info    : 0 bytes gmem
@@ -25,6 +29,46 @@ def test_ptxas_report_per_kernel():
     assert (ks[0].spill_stores, ks[0].stack_bytes, ks[0].smem_bytes) == (4, 8, 1024)
     if shutil.which("c++filt"):
         assert ks[0].kernel == "race(float*)"
+    assert [k.barriers for k in parse_entries(LOG)] == [1, 0]
+
+
+PTX = """\
+.extern .shared .align 16 .b8 dyn_smem[];
+.func _Z6helperv()
+{
+\tbar.sync \t0;
+\tret;
+}
+.visible .entry _Z3dynPf(
+\t.param .u64 _Z3dynPf_param_0
+)
+{
+\tmov.u32 \t%r1, dyn_smem;
+\tst.shared.f32 \t[%r1], %f1;
+\tbar.warp.sync \t-1;
+\tret;
+}
+.visible .entry _Z5outerPf(
+\t.param .u64 _Z5outerPf_param_0
+)
+{
+\tcall.uni \t_Z6helperv, ();
+\tret;
+}
+"""
+
+
+def test_ptx_facts_per_kernel_follow_calls_and_know_a_warp_sync_from_a_barrier():
+    facts = parse_ptx(PTX)
+    assert (facts["_Z3dynPf"].shared, facts["_Z3dynPf"].barrier) == (True, False)
+    assert (facts["_Z5outerPf"].shared, facts["_Z5outerPf"].barrier) == (False, True)
+    assert "_Z6helperv" not in facts  # a device function is no kernel
+
+
+def test_a_toolchain_failure_is_told_apart_from_a_compile_error():
+    assert build.environment_problem("#error -- unsupported GNU version! gcc versions later than 14") is not None
+    assert build.environment_problem("nvcc fatal   : Unsupported gpu architecture 'compute_20'") is not None
+    assert build.environment_problem('f.cu(2): error: identifier "oops" is undefined') is None
 
 
 def test_first_error_names_file_and_line(tmp_path):
@@ -61,3 +105,45 @@ def test_build_caches_by_content_and_reports_errors(tmp_path, monkeypatch):
     assert again[good].cached and again[good].lib == first[good].lib
     good.write_text(good.read_text() + "// edited\n")
     assert not build.build_all([good], arch="sm_90")[good].cached
+
+
+@pytest.mark.skipif(not _have_nvcc(), reason="nvcc not installed: install the CUDA toolkit to compile kernels")
+def test_a_unit_of_several_files_links_into_one_library(tmp_path, monkeypatch):
+    """Each file is its own translation unit: course.h in both must link (course_error_name is
+    weak), a kernel in one is launched from the other, and a .cpp goes to the host compiler."""
+    monkeypatch.setattr(paths, "BUILD", tmp_path / "build")
+    (tmp_path / "shared.h").write_text("#pragma once\nvoid launch_fill(float* x, float v);\n")
+    kernel = tmp_path / "a.cu"
+    kernel.write_text(
+        '#include "course.h"\n#include "shared.h"\n__global__ void fill(float* x, float v) { x[threadIdx.x] = v; }\n'
+        "void launch_fill(float* x, float v) { fill<<<1, 32>>>(x, v); }\n"
+    )
+    host = tmp_path / "b.cpp"
+    host.write_text(
+        '#include "course.h"\n#include "shared.h"\n'
+        "COURSE_API cudaError_t run(float* x) { launch_fill(x, SCALE * 1.f); return cudaGetLastError(); }\n"
+    )
+    unit = BuildUnit("t/1", (kernel, host), "t", "a.student", flags=("-DSCALE=2",), include_dirs=(tmp_path,))
+    r = build.build_all([unit], arch="sm_90")[unit]
+    assert r.ok, r.log
+    assert r.lib is not None and r.lib.name.startswith("a.student.") and r.lib.parent == tmp_path / "build" / "t"
+    assert [k.kernel for k in r.kernels] == ["fill(float*, float)"] or not shutil.which("c++filt")
+    assert r.facts is not None and str(tmp_path / "shared.h") in r.facts.headers
+    if shutil.which("nm"):
+        symbols = subprocess.run(["nm", "-D", "--defined-only", str(r.lib)], capture_output=True, text=True).stdout
+        assert "course_error_name" in symbols and " run" in symbols
+    cached = build.build_all([unit], arch="sm_90")[unit]
+    assert cached.cached and cached.lib == r.lib and cached.facts == r.facts and cached.kernels == r.kernels
+    assert not list(r.lib.parent.glob("*.work*")), "the work folder goes once the build is done"
+
+
+@pytest.mark.skipif(not _have_nvcc(), reason="nvcc not installed: install the CUDA toolkit to compile kernels")
+def test_a_bare_path_is_still_one_file_on_its_own(tmp_path, monkeypatch):
+    monkeypatch.setattr(paths, "BUILD", tmp_path / "build")
+    src = tmp_path / "solutions" / "01_x.cu"
+    src.parent.mkdir()
+    src.write_text('#include "course.h"\nCOURSE_API cudaError_t f() { return cudaSuccess; }\n')
+    r = build.build_all([src], arch="sm_90")[src]
+    assert r.ok and r.lib is not None and r.lib.parent == tmp_path / "build" / tmp_path.name
+    assert r.lib.name.startswith("01_x.sol.") and r.verdict == Verdict.COMPILE_ERROR  # what a failure would mean
+    assert Path(str(r.lib)[: -len(".so")] + ".json").exists() and Path(str(r.lib)[: -len(".so")] + ".log").exists()
