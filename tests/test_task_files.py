@@ -1,23 +1,53 @@
-"""Task files follow the course's conventions, and skeletons never drift from their solutions."""
+"""Task files follow the course's conventions, and skeletons never drift from their solutions.
+
+Every file a task names in `sources` is covered, whatever its kind: a CUDA file (`//` regions),
+a module of a Python package (`#` regions) or a notebook (`#` regions in its code cells). The
+file's name picks how it is read (grader/tasks/regions.py).
+"""
 
 from __future__ import annotations
 
+import ast
+import json
 import re
+from pathlib import Path
 
 import pytest
 
 from grader import paths
 from grader.instructor import skeletons
 from grader.tasks import catalogue
-from grader.tasks.regions import find_regions, not_started
+from grader.tasks.regions import find_regions, has_code, is_notebook, not_started
+from grader.tasks.spec import Task
 
+TASKS = catalogue.all_tasks()
 PAIRS = skeletons.pairs()
 HAS_SOLUTIONS = bool(PAIRS)
 needs_solutions = pytest.mark.skipif(not HAS_SOLUTIONS, reason="no reference solutions here (a student release)")
+# a file at the top of a lab named like a task (`03_saxpy.cu`, `02_attention.ipynb`) must be one
+TASK_FILE = re.compile(r"^\d\d_.+\.(cu|cuh|cpp|py|ipynb)$")
 
 
-def _task_files():
-    return sorted(p for lab in paths.labs() for p in lab.glob("[0-9][0-9]_*.cu"))
+def _task_files() -> list[tuple[Task, Path]]:
+    return [(t, paths.student_source(t.lab_dir(), rel)) for t in TASKS for rel in t.sources]
+
+
+def _ids(item: tuple[Task, Path]) -> str:
+    return paths.rel(item[1])
+
+
+def header(path: Path) -> str:
+    """What introduces a task file: the comments before `#include`, a module's docstring and
+    leading comments, or a notebook's first cell."""
+    text = path.read_text()
+    if is_notebook(path.name):
+        cells = json.loads(text).get("cells", [])
+        src = cells[0].get("source", "") if cells else ""
+        return "".join(src) if isinstance(src, list) else src
+    if path.suffix == ".py":
+        comments = "\n".join(ln for ln in text.splitlines() if ln.startswith("#"))
+        return (ast.get_docstring(ast.parse(text)) or "") + "\n" + comments.split("TODO(")[0]
+    return text.split("#include")[0]
 
 
 @needs_solutions
@@ -25,39 +55,54 @@ def test_skeletons_match_their_solutions():
     assert skeletons.drifted() == [], "run `make skeletons`"
 
 
-@pytest.mark.parametrize("student", _task_files(), ids=lambda p: paths.rel(p))
-def test_task_file_header_and_todo_tags(student):
-    text = student.read_text()
-    lab, number = student.parent.name, student.name[:2]
-    head = text.split("#include")[0]
+@pytest.mark.parametrize("item", _task_files(), ids=_ids)
+def test_task_file_header_and_todo_tags(item):
+    task, student = item
+    where = paths.rel(student)
+    assert student.exists(), f"{task.task_id} names {where}, which does not exist"
+    head = header(student)
     for field in ("Implement:", "Contract:", "Test:"):
-        assert field in head, f"{paths.rel(student)}: the header lacks `{field}`"
-    assert f"make test-{lab} TASK={number}" in head
-    regions = find_regions(text, paths.rel(student))
+        assert field in head, f"{where}: the header lacks `{field}`"
+    assert f"make test-{task.lab} TASK={task.number}" in head
+    regions = find_regions(student.read_text(), where)
     assert regions, "a task file needs at least one TODO region"
-    assert {r.tag for r in regions} == {f"{lab}/{number}"}, "TODO tags must name this task"
+    assert {r.tag for r in regions} == {task.task_id}, "TODO tags must name this task"
     assert all(r.hint for r in regions), "every TODO begin line carries a hint"
 
 
-@pytest.mark.parametrize("student", _task_files(), ids=lambda p: paths.rel(p))
-def test_student_file_reads_as_not_started(student):
+@pytest.mark.parametrize("item", [i for i in _task_files() if i[1].suffix == ".py"], ids=_ids)
+def test_python_skeleton_is_valid_python(item):
+    """A region that is a whole body must keep a stub line (`#~ raise NotImplementedError`)."""
+    _, student = item
+    compile(student.read_text(), paths.rel(student), "exec")
+
+
+@pytest.mark.parametrize("item", _task_files(), ids=_ids)
+def test_student_file_reads_as_not_started(item):
+    _, student = item
     if HAS_SOLUTIONS:
-        assert not_started(student.read_text())
+        assert not_started(student.read_text(), paths.rel(student))
 
 
 @needs_solutions
 @pytest.mark.parametrize("pair", PAIRS, ids=lambda p: paths.rel(p[0]))
 def test_solution_fills_every_region(pair):
     solution, _ = pair
-    assert not not_started(solution.read_text())
-    for r in find_regions(solution.read_text()):
-        assert any(line.strip() and not line.strip().startswith("//") for line in r.body), (
-            f"{paths.rel(solution)}:{r.begin_line}: empty region in a solution"
-        )
+    where = paths.rel(solution)
+    text = solution.read_text()
+    assert not not_started(text, where)
+    for r in find_regions(text, where):
+        assert has_code(r), f"{r.at(where)}: empty region in a solution"
 
 
 def test_every_task_file_has_a_spec_and_back():
     for lab in paths.labs():
-        specs = {re.sub(r"^test_", "", p.stem) for p in catalogue.spec_files(lab)}
-        files = {p.stem for p in lab.glob("[0-9][0-9]_*.cu")}
-        assert specs == files, f"{lab.name}: task files {sorted(files)} vs specs {sorted(specs)}"
+        tasks = catalogue.lab_tasks(lab)
+        claimed = {paths.student_source(lab, rel): t for t in tasks for rel in t.sources}
+        missing = sorted(paths.rel(p) for p in claimed if not p.exists())
+        assert not missing, f"{lab.name}: specs name files that do not exist: {missing}"
+        files = {p for p in lab.iterdir() if p.is_file() and TASK_FILE.match(p.name)}
+        orphans = sorted(p.name for p in files if p not in claimed)
+        assert not orphans, f"{lab.name}: task files without a spec: {orphans}"
+        misnamed = sorted(p.name for p in files if Path(claimed[p].spec_file).name != f"test_{p.stem}.py")
+        assert not misnamed, f"{lab.name}: task files whose spec is not tests/test_<their name>.py: {misnamed}"

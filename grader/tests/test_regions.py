@@ -53,3 +53,43 @@ def test_one_region_done_is_started_and_the_other_is_named():
 def test_unbalanced_markers_are_reported(bad):
     with pytest.raises(RegionError):
         find_regions(bad)
+
+
+PY_SOLUTION = """\
+def f(xs):
+    # TODO(lab4/02) begin: the sum.
+    return sum(xs)
+    #~ raise NotImplementedError
+    # TODO(lab4/02) end
+"""
+
+
+def test_python_regions_use_hash_comments_and_a_formatter_stable_stub_mark():
+    skel = make_skeleton(PY_SOLUTION, "pkg/mod.py")
+    assert "    raise NotImplementedError  # ~\n" in skel and "return sum" not in skel
+    assert not_started(skel, "pkg/mod.py") and not not_started(PY_SOLUTION, "pkg/mod.py")
+    assert not_started(skel.replace("# ~", "#~"), "pkg/mod.py")  # the unspaced mark reads the same
+    assert make_skeleton(PY_SOLUTION, style="#") == skel  # the style given, not the file name
+    assert find_regions(PY_SOLUTION) == []  # `//` by default, as for .cu callers
+
+
+def test_notebook_regions_live_in_code_cells_and_the_skeleton_clears_outputs():
+    import json
+
+    cell = {
+        "cell_type": "code",
+        "execution_count": 3,
+        "id": "a",
+        "metadata": {},
+        "outputs": [{"output_type": "stream"}],
+    }
+    nb = {"cells": [{**cell, "source": PY_SOLUTION.splitlines(keepends=True)}], "metadata": {}, "nbformat": 4}
+    nb["cells"].insert(0, {"cell_type": "markdown", "id": "m", "metadata": {}, "source": "# TODO(lab4/02) begin: x"})
+    skel = make_skeleton(json.dumps(nb), "02_t.ipynb")
+    (code,) = [c for c in json.loads(skel)["cells"] if c["cell_type"] == "code"]
+    assert code["outputs"] == [] and code["execution_count"] is None
+    assert "".join(code["source"]) == make_skeleton(PY_SOLUTION, style="#")
+    (region,) = find_regions(skel, "02_t.ipynb")  # markdown cells hold no regions
+    assert region.cell == 2 and region.at("02_t.ipynb") == "02_t.ipynb, cell 2, line 2"
+    assert not_started(skel, "02_t.ipynb") and not not_started(json.dumps(nb), "02_t.ipynb")
+    assert find_regions("{not json", "02_t.ipynb") == []  # the task process reports what is wrong

@@ -1,0 +1,63 @@
+"""The Python-module kind: the student edits `.py` files of a package, graded by pytest tests.
+
+Labs 4 and 5 build a compiler in Python; there the unit of work is a module of a package, and
+the natural check is a handful of ordinary pytest tests. Those tests live in the spec file itself,
+next to `TASK`, each marked with the points it is worth:
+
+    @pytest.mark.points(3)
+    def test_plan_orders_nodes():
+        from minicomp import planner      # import the student's code inside the test, never at the top
+        ...
+
+They never run in the student's own pytest session (`make test-labN`): the grader's plugin drops
+them from collection there, and the spec's one `test_x(grade)` test grades the task through the
+runner, which stages the package with the graded sources in a scratch folder and runs the point
+tests in the task process (grader/child/pytests.py). A crash (ctypes, CUDA) or a hang in student
+code therefore ends that process only and becomes this task's verdict.
+
+A test without a `points` mark is worth 1 point; a parametrized test earns its points once per
+parameter. The task's `points` are shared out in proportion to the points of the passing tests.
+
+`gpu` defaults to False for this kind: most of a compiler is plain Python, and a task that needs
+no GPU is run and graded on a CPU-only machine too (lab 4's CPU executor must be). A task whose
+tests use CUDA says `gpu=True` and is skipped, with a reason, where there is no GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import ClassVar
+
+from grader.tasks.spec import Task
+
+DEFAULT_TEST_POINTS = 1.0
+
+
+@dataclass(kw_only=True)
+class PythonTask(Task):
+    """`sources` are the student's `.py` files relative to the lab folder (`minicomp/planner.py`).
+
+    The task process copies every top-level folder (or file) of the lab that `sources` or
+    `packages` name into a scratch folder, puts the graded sources over them, and imports from
+    there first: `packages` adds folders the tests need beyond the sources' own package.
+    """
+
+    kind: ClassVar[str] = "python"
+    # the spec's own pytest tests, marked with points, are the checks (the plugin reads this)
+    point_tests: ClassVar[bool] = True
+
+    gpu: bool = False
+    packages: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        bad = [s for s in self.sources if PurePosixPath(s).suffix != ".py"]
+        if not self.sources or bad:
+            raise ValueError(f"{self.lab}/{self.number}: a PythonTask's sources are .py files, not {bad or 'none'}")
+
+    def staged(self) -> list[str]:
+        """The lab's top-level folders and files that the task process copies: each source's
+        package (or the source itself, at the top of the lab) and the declared `packages`."""
+        tops = [PurePosixPath(s).parts[0] for s in [*self.sources, *self.packages]]
+        return list(dict.fromkeys(tops))

@@ -1,0 +1,217 @@
+"""The Python-module kind, graded for real on any machine (CPU-only included): its fixture task
+(grader/tests/fixtures/python, a task that needs no GPU) through the runner, in a task process,
+with the reference solution and variants that are wrong, crash (SIGSEGV through ctypes) and
+hang; and the student's own pytest session, which runs only the spec's grading test.
+
+The fixture's reference is its `pass` variant, not a `solutions/` folder: a student release
+(`make release`) drops every `solutions/` folder, and these tests must pass there too."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from grader import paths
+from grader.child.pytests import points_of
+from grader.parent import forkserver, runner
+from grader.parent.isolation import child_env
+from grader.parent.static_checks import check_source
+from grader.records import TaskResult, Verdict
+from grader.tasks.catalogue import load_task
+from grader.tasks.python import PythonTask
+from grader.tasks.regions import find_regions, make_skeleton, not_started
+from grader.tasks.spec import Rule
+
+FIXTURE = Path(__file__).parent / "fixtures" / "python"
+SPEC = FIXTURE / "tests" / "test_92_tinystats.py"
+SOURCE = "tinystats/stats.py"
+TIMEOUT = 60.0  # generous: a busy machine still starts torch and pytest in time
+HANG_TIMEOUT = 10.0  # what the hanging variant costs
+
+
+@pytest.fixture(scope="module")
+def task() -> PythonTask:
+    t = load_task(SPEC)
+    assert isinstance(t, PythonTask)
+    return t
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_forkserver() -> Iterator[None]:
+    """A fresh task process per run: nothing is left running after the tests."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GRADER_FORKSERVER", "0")
+        yield
+
+
+@pytest.fixture
+def forkserver_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """A fork server of our own (preloads included) on a scratch socket; yields the pids it forked."""
+    sock = tmp_path / "fs.sock"
+    monkeypatch.setattr(forkserver, "socket_path", lambda: sock)
+    monkeypatch.setenv("GRADER_FORKSERVER", "1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "grader.parent.forkserver", str(sock)], cwd=paths.ROOT, env=child_env()
+    )
+    forked: list[int] = []
+    request = forkserver.request
+    monkeypatch.setattr(forkserver, "request", lambda *a: forked.append(request(*a)) or forked[-1])
+    try:
+        deadline = time.time() + 120
+        while not sock.exists() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert sock.exists(), "the fork server did not start"
+        yield forked
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def grade(task: PythonTask, variant: str | None, timeout: float = TIMEOUT) -> TaskResult:
+    overrides = {task.task_id: {SOURCE: FIXTURE / "variants" / f"{variant}.py"}} if variant else None
+    (result,) = runner.grade([task], runner.Options(timing="off", timeout=timeout), overrides)
+    return result
+
+
+@pytest.fixture(scope="module")
+def outer(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], dict]:
+    """The student's session on the fixture's spec (`make test-labN` in small), its module untouched."""
+    out_dir = tmp_path_factory.mktemp("grade")
+    env = {**os.environ, "GRADER_FORKSERVER": "0", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    cmd = [sys.executable, "-m", "pytest", str(SPEC), "-v", "-p", "no:cacheprovider", f"--grade-dir={out_dir}"]
+    proc = subprocess.run(cmd, cwd=paths.ROOT, env=env, capture_output=True, text=True, timeout=300)
+    results = json.loads((out_dir / "results.json").read_text()) if (out_dir / "results.json").exists() else {}
+    return proc, results
+
+
+def test_the_students_session_runs_only_the_grading_test(outer):
+    proc, results = outer
+    last = proc.stdout.strip().splitlines()[-1]
+    assert proc.returncode == 1 and "1 failed" in last and "deselected" not in last, proc.stdout + proc.stderr
+    assert "test_92_tinystats.py::test_tinystats FAILED" in proc.stdout
+    assert "::test_mean" not in proc.stdout and "::test_variance" not in proc.stdout  # dropped, silently
+    (r,) = results["tasks"]
+    assert r["verdict"] == "not started" and "tinystats/stats.py" in r["message"] and r["tests"] == []
+
+
+def test_the_reference_passes_with_every_test_and_its_points(task):
+    r = grade(task, "pass")
+    assert r.verdict == Verdict.PASS, r.message
+    assert (r.points, r.max_points) == (10, 10)
+    assert [(t.name, t.outcome, t.points) for t in r.tests] == [
+        ("test_mean", "passed", 2.0),
+        ("test_variance", "passed", 3.0),
+        ("test_argmax", "passed", 1.0),
+        ("test_empty_input_is_rejected", "passed", 1.0),  # unmarked: 1 point
+    ]
+
+
+def test_the_inner_session_keeps_the_point_tests_and_drops_the_grading_test():
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(SPEC),
+        "--grader-inner",
+        "--collect-only",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+    ]
+    proc = subprocess.run(cmd, cwd=paths.ROOT, env=env, capture_output=True, text=True, timeout=120)
+    names = [ln.rsplit("::", 1)[-1] for ln in proc.stdout.splitlines() if "::" in ln]
+    assert names == ["test_mean", "test_variance", "test_argmax", "test_empty_input_is_rejected"], proc.stdout
+
+
+def test_a_wrong_module_gets_partial_credit_and_the_failing_assertion(task):
+    r = grade(task, "wrong")
+    assert r.verdict == Verdict.WRONG, r.message
+    assert r.points == pytest.approx(10 * 4 / 7, abs=0.01) and r.max_points == 10
+    assert {t.name: t.outcome for t in r.tests} == {
+        "test_mean": "passed",
+        "test_variance": "failed",
+        "test_argmax": "passed",
+        "test_empty_input_is_rejected": "passed",
+    }
+    assert "1 of 4 tests did not pass" in r.message and "test_variance: assert 25.0 == 0.0" in r.message
+    assert "variance([5.0, 5.0])" in r.message and "0x" not in r.message  # no `<function ... at 0x...>`
+
+
+def test_a_segfault_in_student_code_is_a_crash_that_names_its_test(task):
+    r = grade(task, "crash")
+    assert r.verdict == Verdict.CRASH, r.message
+    assert "SIGSEGV" in r.message and "in test test_variance" in r.message
+    assert [(t.name, t.outcome) for t in r.tests] == [("test_mean", "passed")]  # what ran before the crash
+    assert r.points == 0
+
+
+def test_a_hang_is_a_timeout_that_names_its_test(task):
+    r = grade(task, "timeout", timeout=HANG_TIMEOUT)
+    assert r.verdict == Verdict.TIMEOUT, r.message
+    assert "in test test_argmax" in r.message
+    assert [t.name for t in r.tests] == ["test_mean", "test_variance"] and r.points == 0
+
+
+def test_a_task_that_needs_a_gpu_is_skipped_without_one(task, monkeypatch):
+    monkeypatch.setattr(runner.toolchain, "has_gpu", lambda: False)
+    r = grade(dataclasses.replace(task, gpu=True), "pass")
+    assert r.verdict == Verdict.SKIPPED and "no NVIDIA GPU" in r.message
+
+
+def test_this_kind_needs_no_gpu_unless_it_says_so(task):
+    assert task.gpu is False and task.point_tests
+    with pytest.raises(ValueError, match=r"sources are \.py files"):
+        PythonTask(lab="lab4", number="01", title="t", sources=["01_t.cu"])
+
+
+def test_points_marks():
+    class Item:
+        nodeid = "t.py::test_x"
+
+        def __init__(self, mark: object) -> None:
+            self.mark = mark
+
+        def get_closest_marker(self, name: str) -> object:
+            return self.mark
+
+    assert points_of(Item(None)) == 1.0
+    assert points_of(Item(pytest.mark.points(3).mark)) == 3.0
+    assert points_of(Item(pytest.mark.points(n=0.5).mark)) == 0.5
+    with pytest.raises(ValueError, match="takes a number"):
+        points_of(Item(pytest.mark.points("three").mark))
+
+
+def test_the_fixture_follows_the_task_file_conventions():
+    solution = FIXTURE / "variants" / "pass.py"  # the reference: a variant, so a student release keeps it
+    student = FIXTURE / SOURCE
+    assert student.read_text() == make_skeleton(solution.read_text(), SOURCE)
+    assert not_started(student.read_text(), SOURCE) and not not_started(solution.read_text(), SOURCE)
+    assert {r.tag for r in find_regions(student.read_text(), SOURCE)} == {"fixtures/92"}
+    compile(student.read_text(), str(student), "exec")  # the skeleton is valid Python: stubs keep bodies
+    for f in (student, *(FIXTURE / "variants").glob("*.py")):
+        head = f.read_text().split('"""')[1]
+        assert all(field in head for field in ("Implement:", "Contract:", "Test:")), f
+
+
+def test_a_task_process_forked_by_the_fork_server_grades_it_too(task, forkserver_on):
+    r = grade(task, "pass")
+    assert r.verdict == Verdict.PASS and len(r.tests) == 4, r.message
+    assert len(forkserver_on) == 1  # it came from the fork server
+
+
+def test_rules_read_python_without_its_comments_and_strings(task):
+    rule = Rule("forbid", r"\bnumpy\b", "plain Python here")
+    ruled = dataclasses.replace(task, rules=[rule])
+    prose = '"""Unlike numpy, ..."""\nx = "numpy"  # numpy would do it\n'
+    assert check_source(ruled, prose, "tinystats/stats.py").verdict is None
+    out = check_source(ruled, prose + "import numpy\n", "tinystats/stats.py")
+    assert out.verdict == Verdict.RULE and out.message.startswith("tinystats/stats.py:3: `numpy`")
