@@ -1,20 +1,17 @@
 #!/usr/bin/env bash
-# setup.sh — make the course's Python environment (.venv) and check the CUDA toolchain.
+# setup.sh — make the course's Python environment (.venv), then run the environment check.
 #
-# Safe to re-run: an existing .venv is kept and only what is missing gets installed.
-# Run ./setup.sh --help for the options.
+# Safe to re-run: an existing .venv is kept and only what is missing gets installed. The ✓/✗
+# table itself is `python -m grader doctor` (grader/instructor/doctor.py), which this script
+# runs at the end; `make doctor` runs it alone. Run ./setup.sh --help for the options.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 VENV="$ROOT/.venv"
 VPY="$VENV/bin/python"
-REQS="$ROOT/requirements.txt"
+REQS="$ROOT/requirements.txt"  # the package list: the only copy (pyproject.toml reads it too)
 BASE_PY="${PYTHON:-python3}"
 PTH_NAME="course-base-site.pth"
-# Used when requirements.txt is missing (e.g. setup.sh copied alone); keep in sync with it.
-DEFAULT_REQS=("torch>=2.4" "numpy" "pytest>=8" "ninja" "nbformat" "jupyter" "ruff")
-# Without these the course cannot run at all: their absence makes the script exit non-zero.
-ESSENTIAL=("torch" "numpy" "pytest")
 
 QUIET=0
 CHECK=0
@@ -27,13 +24,15 @@ usage() {
     cat <<'EOF'
 Usage: ./setup.sh [--quiet] [--check] [--help]
 
-Makes .venv in the repository root with everything the course needs (requirements.txt:
-torch, numpy, pytest, ninja, nbformat, jupyter, ruff), then prints a ✓/✗ table of the
-environment: Python, each package, nvcc, GPU, driver, torch's CUDA.
+Makes .venv in the repository root with the packages of requirements.txt (torch, numpy,
+pytest, ninja, nbformat, jupyter, ruff), then runs `python -m grader doctor`: a ✓/✗ table
+of the environment (Python, each package, nvcc, GPU, driver, torch's CUDA, the cuDNN
+frontend and CUTLASS headers, compute-sanitizer, Nsight Compute and Systems, lab 5's
+model files), each ✗ with the command that fixes it.
 
   (no flag)  create .venv if missing, install what is missing, print progress and the table
   --quiet    same, but print only the table
-  --check    install nothing, only print the table
+  --check    install nothing, only print the table (`make doctor` prints the same one)
   --help     this text
 
 Reuses an installed torch: if the base interpreter ($PYTHON, default python3) can already
@@ -51,7 +50,8 @@ Environment:
   NVCC, CUDA_HOME  where to find nvcc if it is not on PATH
 
 Exit status: 0 when .venv/bin/python can import torch, numpy and pytest (also on a machine
-without a GPU: GPU tests are then skipped); 1 when the Python environment could not be made.
+without a GPU or without nvcc: the table says what is missing); 1 when the Python
+environment could not be made.
 EOF
 }
 
@@ -77,21 +77,6 @@ parse_args() {
             *) printf 'setup.sh: unknown option %s\n\n' "$arg" >&2; usage >&2; exit 2 ;;
         esac
     done
-}
-
-# Why: one source of truth for the package list; fall back to a copy if the file is absent.
-read_requirements() {
-    REQ_LINES=()
-    if [[ -f $REQS ]]; then
-        local line
-        while IFS= read -r line || [[ -n $line ]]; do
-            line="${line%%#*}"
-            line="${line//[[:space:]]/}"
-            if [[ -n $line ]]; then REQ_LINES+=("$line"); fi
-        done <"$REQS"
-    else
-        REQ_LINES=("${DEFAULT_REQS[@]}")
-    fi
 }
 
 # Why: the course uses match statements, PEP 604 types etc.; fail with the fix, not a traceback.
@@ -154,56 +139,6 @@ ensure_venv() {
     if [[ $REUSED_TORCH == 1 ]]; then write_base_pth; fi
 }
 
-# Why: one interpreter start answers every question about .venv (imports, versions, torch's
-# CUDA), printing tab-separated '@@' rows that bash turns into the table.
-probe_venv() {
-    "$VPY" - "${REQ_LINES[@]}" 2>/dev/null <<'PY' || true
-import importlib, importlib.metadata as md, os, platform, re, sys
-
-# Which imports prove that a requirement is usable (the jupyter metapackage has no module).
-MODULES = {"jupyter": ["jupyter_core", "notebook"], "pyyaml": ["yaml"]}
-
-def vtuple(v):
-    out = []
-    for part in re.split(r"[.+]", v):
-        m = re.match(r"\d+", part)
-        if not m:
-            break
-        out.append(int(m.group()))
-    return tuple(out)
-
-def emit(*cols):
-    print("@@\t" + "\t".join(str(c).replace("\t", " ").replace("\n", " ") for c in cols), flush=True)
-
-emit("python", platform.python_version(), sys.executable)
-for spec in sys.argv[1:]:
-    m = re.match(r"([A-Za-z0-9_.\-]+)\s*(?:>=\s*([0-9][0-9.]*))?", spec)
-    name, minimum = m.group(1), m.group(2)
-    mods = MODULES.get(name.lower(), [name.replace("-", "_")])
-    try:
-        first = [importlib.import_module(mod) for mod in mods][0]
-    except Exception as e:  # ImportError, or a broken install raising anything else
-        emit("pkg", name, "missing", "-", spec, f"{type(e).__name__}: {e}"[:120])
-        continue
-    try:
-        version = md.version(name)
-    except md.PackageNotFoundError:
-        version = getattr(first, "__version__", "?")
-    where = os.path.dirname(os.path.dirname(os.path.abspath(first.__file__ or "")))
-    origin = "" if where.startswith(sys.prefix) else where
-    status = "old" if minimum and vtuple(version) < vtuple(minimum) else "ok"
-    emit("pkg", name, status, version, spec, origin)
-
-try:
-    import torch
-    available = torch.cuda.is_available()
-    emit("torch", torch.version.cuda or "none", int(available),
-         torch.cuda.get_device_name(0) if available else "")
-except Exception as e:
-    emit("torch", "error", 0, f"{type(e).__name__}: {e}"[:120])
-PY
-}
-
 # Why: pip's output is noise under --quiet, but its error must survive for the ✗ rows.
 pip_install() {
     local log="$VENV/setup-pip.log"
@@ -214,26 +149,28 @@ pip_install() {
     fi
 }
 
-# Why: install only what the probe found missing; an offline failure is reported, not fatal.
+# Why: install only what the doctor finds missing (it reads requirements.txt, imports nothing,
+# so this is instant on a re-run); an offline failure is reported by the table, not fatal.
 install_missing() {
     local out spec missing=()
-    out="$(probe_venv)"
-    PROBE_CACHE="$out"  # reused by the table unless pip changes something below
-    # probe rows: @@ pkg NAME STATUS VERSION SPEC ORIGIN-or-ERROR
+    if ! out="$(cd "$ROOT" && "$VPY" -m grader doctor --missing 2>&1)"; then
+        INSTALL_FAILED=1
+        say "could not list the missing packages: $out"
+        return
+    fi
     while IFS= read -r spec; do
         if [[ -n $spec ]]; then missing+=("$spec"); fi
-    done < <(awk -F'\t' '$1=="@@" && $2=="pkg" && $4!="ok" {print $6}' <<<"$out")
+    done <<<"$out"
     if [[ ${#missing[@]} -eq 0 ]]; then
         say "all Python packages present"
         return
     fi
-    PROBE_CACHE=""
     local args=()
-    if awk -F'\t' '$1=="@@" && $2=="pkg" && $3=="torch" && $4!="ok" {f=1} END {exit !f}' <<<"$out"; then
+    if printf '%s\n' "${missing[@]}" | grep -Eq '^torch([<>=!~;[:space:]]|$)'; then
         # The CPU-CI / fresh-laptop path: everything from the index (mirror) in one resolve.
         if [[ -n ${TORCH_INDEX_URL:-} ]]; then args+=(--extra-index-url "$TORCH_INDEX_URL"); fi
         if [[ -n ${TORCH_SPEC:-} ]]; then args+=("$TORCH_SPEC"); fi
-        if [[ -f $REQS ]]; then args+=(-r "$REQS"); else args+=("${DEFAULT_REQS[@]}"); fi
+        args+=(-r "$REQS")
         say "pip install ${args[*]}  (torch is a large download the first time)"
     else
         # torch is reused; the rest is small. Short timeouts: GPU machines are often offline.
@@ -265,256 +202,42 @@ PY
     if [[ -n $bin && -x $bin ]]; then ln -sf "$bin" "$VENV/bin/ninja"; fi
 }
 
-# --------------------------------------------------------------------------- the table
-
-ROWS_OUT=""
-PY_ENV_OK=1
-NO_GPU=0
-
-# Why: every check prints the same way: mark, label, detail, and the fix on the next line.
-row() {
-    local state="$1" label="$2" detail="$3" fix="${4:-}" mark='✓'
-    if [[ $state != ok ]]; then mark='✗'; fi
-    ROWS_OUT+="$(printf '  %s %-13s %s' "$mark" "$label" "$detail")"$'\n'
-    if [[ -n $fix ]]; then
-        ROWS_OUT+="$(printf '    %-13s fix: %s' '' "$fix")"$'\n'
-    fi
-}
-
-# Why: a package row must say what to run; the notebook/lint tools are optional extras.
-package_fix() {
-    local name="$1" spec="$2" why=""
-    case "$name" in
-        nbformat|jupyter) why=" (needs network; only the notebooks need it)" ;;
-        ruff) why=" (needs network; only make lint needs it)" ;;
-        torch) why=" (needs network), or reuse a Python that has torch: rm -rf .venv && PYTHON=/path/to/python3 ./setup.sh" ;;
-        *) why=" (needs network)" ;;
-    esac
-    printf "%s" ".venv/bin/python -m pip install '$spec'$why"
-}
-
-PROBE_CACHE=""
-TORCH_CUDA=""
-TORCH_AVAIL=0
-TORCH_ERR=""
-
-# Why: Python and its packages decide the exit status, so they come first in the table.
-python_rows() {
+# Why: the table and the verdict are the doctor's (one implementation, shared with make
+# doctor); --need python makes its exit status this script's: only an unusable Python
+# environment fails, a missing GPU or nvcc does not.
+run_doctor() {
     if ! venv_works; then
-        PY_ENV_OK=0
-        row fail Python "no working $VENV" "./setup.sh (or PYTHON=python3.11 ./setup.sh)"
-        return
-    fi
-    local out kind a b c d e f
-    out="${PROBE_CACHE:-$(probe_venv)}"
-    while IFS=$'\t' read -r kind a b c d e f; do
-        [[ $kind == "@@" ]] || continue
-        case "$a" in
-            python)
-                if "$VPY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)'; then
-                    row ok Python "$b  $VPY"
-                else
-                    PY_ENV_OK=0
-                    row fail Python "$b  $VPY (needs >= 3.10)" "rm -rf .venv && PYTHON=python3.11 ./setup.sh"
-                fi ;;
-            pkg)
-                # b=name c=status d=version e=spec f=origin (outside .venv) or import error
-                local name="$b" status="$c" version="$d" spec="$e" extra="$f"
-                if [[ $status == ok ]]; then
-                    row ok "$name" "$version${extra:+  (from $extra)}"
-                else
-                    local what="not installed"
-                    if [[ $status == old ]]; then
-                        what="$version is too old (need $spec)"
-                    elif [[ -n $extra && $extra != ModuleNotFoundError* ]]; then
-                        what="installed but import fails: $extra"
-                    fi
-                    row fail "$name" "$what" "$(package_fix "$name" "$spec")"
-                    local ess
-                    for ess in "${ESSENTIAL[@]}"; do
-                        if [[ $ess == "$name" ]]; then PY_ENV_OK=0; fi
-                    done
-                fi ;;
-            torch)
-                TORCH_CUDA="$b"; TORCH_AVAIL="$c"; TORCH_ERR="$d" ;;
-        esac
-    done <<<"$out"
-    if [[ $out != *$'@@\tpython'* ]]; then
-        PY_ENV_OK=0
-        row fail Python "$VPY does not run" "rm -rf .venv && ./setup.sh"
-    fi
-    # An import that crashes the interpreter (not just raises) leaves its row out: say so.
-    local req name
-    for req in "${REQ_LINES[@]}"; do
-        name="${req%%[<>=!~ ]*}"
-        if [[ $out != *$'@@\tpkg\t'"$name"$'\t'* && $out == *$'@@\tpython'* ]]; then
-            row fail "$name" "importing it crashed the interpreter" "$(package_fix "$name" "$req")"
-            for ess in "${ESSENTIAL[@]}"; do
-                if [[ $ess == "$name" ]]; then PY_ENV_OK=0; fi
-            done
-        fi
-    done
-}
-
-NVCC_BIN=""
-NVCC_VER=""
-
-# Why: the grader builds every kernel with nvcc; look where CUDA installs put it, not just PATH.
-nvcc_row() {
-    local c
-    for c in "${NVCC:-}" "$(command -v nvcc || true)" "${CUDA_HOME:+$CUDA_HOME/bin/nvcc}" \
-             "${CUDA_PATH:+$CUDA_PATH/bin/nvcc}" /usr/local/cuda/bin/nvcc; do
-        if [[ -n $c && -x $c ]]; then NVCC_BIN="$c"; break; fi
-    done
-    local fix="install the CUDA toolkit 12.x or 13.x and put its bin on PATH or set CUDA_HOME"
-    if [[ -z $NVCC_BIN ]]; then
-        row fail nvcc "not found (PATH, \$CUDA_HOME/bin, /usr/local/cuda/bin)" "$fix"
-        return
-    fi
-    NVCC_VER="$("$NVCC_BIN" --version 2>/dev/null | sed -n 's/.*release \([0-9][0-9.]*\).*/\1/p' | head -n1)"
-    local major="${NVCC_VER%%.*}"
-    if [[ -z $NVCC_VER ]]; then
-        row fail nvcc "$NVCC_BIN does not run" "$fix"
-    elif (( major < 12 )); then
-        row fail nvcc "$NVCC_BIN  release $NVCC_VER (too old)" "$fix"
-    elif [[ $(command -v nvcc || true) != "$NVCC_BIN" ]]; then
-        row ok nvcc "$NVCC_BIN  release $NVCC_VER  (not on PATH: export PATH=$(dirname "$NVCC_BIN"):\$PATH)"
-    else
-        row ok nvcc "$NVCC_BIN  release $NVCC_VER"
-    fi
-}
-
-DRIVER_CUDA=""
-
-# Why: kernels only run with an NVIDIA GPU of compute capability 7.0+ and a new enough driver;
-# without one, everything else still works and that must be said plainly, not as an error.
-gpu_rows() {
-    local none="no NVIDIA GPU: kernels will still compile and CPU checks run; GPU tests are skipped"
-    if ! command -v nvidia-smi >/dev/null 2>&1; then
-        NO_GPU=1
-        row fail GPU "$none"
-        row fail driver "no NVIDIA driver (nvidia-smi not found)" "only needed on a machine with an NVIDIA GPU"
-        return
-    fi
-    local q first count name cap
-    q="$(nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader 2>/dev/null || true)"
-    if [[ -z $q ]]; then  # drivers older than 510 lack compute_cap
-        q="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || true)"
-    fi
-    if [[ -z $q || $q == *"No devices"* || $q == *"failed"* ]]; then
-        NO_GPU=1
-        row fail GPU "$none"
-    else
-        first="$(head -n1 <<<"$q")"
-        count="$(grep -c . <<<"$q")"
-        name="${first%%,*}"
-        cap=""
-        if [[ $first == *,* ]]; then cap="$(tr -d ' ' <<<"${first#*,}")"; fi
-        local detail="$name${cap:+  compute capability $cap (sm_${cap/./})}"
-        if (( count > 1 )); then detail+="  ×$count"; fi
-        if [[ -n $cap ]] && (( ${cap%%.*} < 7 )); then
-            row fail GPU "$detail" "the course needs Volta or newer (compute capability 7.0+)"
-        else
-            row ok GPU "$detail"
-        fi
-    fi
-    local drv
-    drv="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n1 || true)"
-    DRIVER_CUDA="$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9][0-9.]*\).*/\1/p' | head -n1 || true)"
-    if [[ -z $drv ]]; then
-        row fail driver "nvidia-smi does not report a driver version" "reinstall the NVIDIA driver"
-    elif [[ -n $NVCC_VER && -n $DRIVER_CUDA ]] && version_lt "$DRIVER_CUDA" "$NVCC_VER"; then
-        row fail driver "$drv (supports CUDA $DRIVER_CUDA, older than nvcc $NVCC_VER: its kernels will not load)" \
-            "update the NVIDIA driver, or use a CUDA $DRIVER_CUDA toolkit"
-    else
-        row ok driver "$drv${DRIVER_CUDA:+  (supports CUDA up to $DRIVER_CUDA)}"
-    fi
-}
-
-# Why: compare dotted versions (driver CUDA vs nvcc) without external tools.
-version_lt() {
-    [[ $1 != "$2" && $(printf '%s\n%s\n' "$1" "$2" | sort -V | head -n1) == "$1" ]]
-}
-
-# Why: the right PyTorch wheel index for this machine's driver, for the CPU-only-torch fix.
-torch_index() {
-    local d="${DRIVER_CUDA:-13.0}"
-    if ! version_lt "$d" 13.0; then echo https://download.pytorch.org/whl/cu130
-    elif ! version_lt "$d" 12.8; then echo https://download.pytorch.org/whl/cu128
-    else echo https://download.pytorch.org/whl/cu126
-    fi
-}
-
-# Why: torch computes the references and times the baselines on the GPU; a CPU-only wheel on
-# a GPU machine is the most common silent misconfiguration.
-torch_rows() {
-    local label="torch CUDA"
-    if [[ $PY_ENV_OK == 0 && -z $TORCH_CUDA ]]; then
-        row fail "$label" "not checked: torch is not importable in .venv"
-    elif [[ $TORCH_CUDA == error ]]; then
-        row fail "$label" "torch.cuda raised $TORCH_ERR"
-    elif [[ $TORCH_CUDA == none ]]; then
-        if [[ $NO_GPU == 1 ]]; then
-            row fail "$label" "CPU-only torch build (fine without a GPU: GPU tests are skipped)"
-        else
-            row fail "$label" "CPU-only torch build, but this machine has a GPU" \
-                ".venv/bin/python -m pip install --force-reinstall torch --index-url $(torch_index)"
-        fi
-    elif [[ $TORCH_AVAIL == 1 ]]; then
-        row ok "$label" "CUDA $TORCH_CUDA, torch.cuda.is_available() = True ($TORCH_ERR)"
-    elif [[ $NO_GPU == 1 ]]; then
-        row fail "$label" "CUDA $TORCH_CUDA build, torch.cuda.is_available() = False: no GPU, GPU tests are skipped"
-    else
-        row fail "$label" "CUDA $TORCH_CUDA build, torch.cuda.is_available() = False although a GPU is present" \
-            "update the driver (supports CUDA ${DRIVER_CUDA:-?}) or install a matching wheel: --index-url $(torch_index)"
-    fi
-
-    local label2="nvcc vs torch"
-    local nv="${NVCC_VER%%.*}" tc="${TORCH_CUDA%%.*}"
-    if [[ -z $NVCC_VER || -z $TORCH_CUDA || $TORCH_CUDA == none || $TORCH_CUDA == error ]]; then
-        row fail "$label2" "not compared (needs nvcc and a CUDA build of torch; warning only)"
-    elif [[ $nv == "$tc" ]]; then
-        row ok "$label2" "same CUDA major: nvcc $NVCC_VER, torch CUDA $TORCH_CUDA"
-    else
-        row fail "$label2" "nvcc $NVCC_VER vs torch CUDA $TORCH_CUDA (warning only: the grader's kernels are fine; PyTorch C++ extensions in lab 3 need the same major)" \
-            "a CUDA $tc.x toolkit, or a torch wheel for CUDA $nv"
-    fi
-}
-
-# Why: one place decides the verdict line and the exit status.
-print_table() {
-    python_rows
-    nvcc_row
-    gpu_rows
-    torch_rows
-    printf '\nEnvironment (%s)\n%s' "$ROOT" "$ROWS_OUT"
-    echo
-    if [[ $PY_ENV_OK == 0 ]]; then
-        echo "✗ The Python environment is not usable: fix the ✗ rows for Python/torch/numpy/pytest above."
+        printf '\nEnvironment (%s)\n  ✗ Python  no working %s\n            fix: ./setup.sh (or PYTHON=python3.11 ./setup.sh)\n\n' "$ROOT" "$VENV"
+        echo "✗ The Python environment is not usable: run ./setup.sh to make it."
         return 1
     fi
-    if [[ $INSTALL_FAILED == 1 ]]; then
-        echo "  Some optional packages could not be installed (no network?); the course runs without them."
+    local rc=0
+    echo
+    (cd "$ROOT" && "$VPY" -m grader doctor --need python) || rc=$?
+    if (( rc > 1 )); then
+        echo "✗ python -m grader doctor itself failed (exit $rc): the grader cannot run in $VENV."
+        return 1
     fi
-    if [[ $NO_GPU == 1 ]]; then
-        echo "✓ Python environment ready. No NVIDIA GPU here: GPU work will be skipped (kernels still compile, CPU checks run)."
-    else
-        echo "✓ Python environment ready. Next: make test-lab1"
+    if [[ $INSTALL_FAILED == 1 && $QUIET == 0 ]]; then
+        echo "  Some packages could not be installed (no network?): their ✗ rows above say how to get them."
     fi
+    return "$rc"
 }
 
+# Why: bootstrap first (unless --check), then the doctor; its verdict is this script's exit status.
 main() {
     parse_args "$@"
     cd "$ROOT"
-    read_requirements
     if [[ $CHECK == 0 ]]; then
         ensure_venv
         install_missing
         link_ninja
     fi
-    print_table
+    local rc=0
+    run_doctor || rc=$?
     # A fresh timestamp a Makefile can depend on (.venv/bin/python is a symlink to an old binary).
-    if [[ $CHECK == 0 ]]; then touch "$VENV/.setup-stamp"; fi
+    if [[ $CHECK == 0 && $rc == 0 ]]; then touch "$VENV/.setup-stamp"; fi
+    return "$rc"
 }
 
 main "$@"
