@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grader import forkserver, paths  # noqa: E402
+from grader import paths  # noqa: E402
+from grader.parent import forkserver  # noqa: E402
 
 TASK_FILE = ROOT / "lab1" / "solutions" / "01_vector_add.cu"
 REPEATS = 3
@@ -79,6 +80,37 @@ def grade_task_01() -> float:
     return dt
 
 
+def extension_edit_loop() -> list[float]:
+    """The PyTorch-extension kind's loop on its fixture (fixtures/91, grader/tests/fixtures/torch_ext):
+    one line of the kernel edited, then the task graded again in this process (static checks, a
+    forked task process, the incremental cpp_extension build, values, opcheck, gradcheck,
+    torch.compile). The kernel is a copy at a fixed place, so its build directory stays warm."""
+    from grader.parent import runner
+    from grader.tasks.catalogue import load_task
+
+    fixture = ROOT / "grader" / "tests" / "fixtures" / "torch_ext"
+    task = load_task(fixture / "tests" / "test_91_scaled_add.py")
+    original = (fixture / "91_scaled_add.cu").read_text()
+    copy = paths.BUILD / "torch_ext-edit-loop" / "91_scaled_add.cu"
+    copy.parent.mkdir(parents=True, exist_ok=True)
+
+    def grade(text: str) -> float:
+        copy.write_text(text)
+        t = time.perf_counter()
+        (r,) = runner.grade([task], runner.Options(timing="off"), {task.task_id: {"91_scaled_add.cu": copy}})
+        if str(r.verdict) != "pass":
+            raise SystemExit(f"the extension fixture did not pass: {r.verdict}: {r.message}")
+        return time.perf_counter() - t
+
+    grade(original)  # builds what the edits leave alone, and starts the fork server where none runs
+    deadline = time.time() + 60
+    while forkserver.connect() is None and time.time() < deadline:
+        time.sleep(0.5)
+    grade(original)  # from the fork server
+    line = "constexpr int kThreads = 256;"
+    return [grade(original.replace(line, f"constexpr int kThreads = {(128, 64)[k % 2]};")) for k in range(REPEATS)]
+
+
 def main() -> int:
     original = TASK_FILE.read_text()
     results: dict[str, float | list[float]] = {}
@@ -110,6 +142,8 @@ def main() -> int:
     finally:
         TASK_FILE.write_text(original)
 
+    results["torch_ext_edit_s"] = extension_edit_loop()
+
     shutil.rmtree(paths.BUILD / "lab1", ignore_errors=True)
     cold_env = {**os.environ, "GRADER_FORKSERVER": "0"}
     results["lab1_cold_s"] = run(
@@ -124,6 +158,8 @@ def main() -> int:
         f"({i / g:.1f}x slower); first load_inline build {results['load_inline_first_build_s']:.1f} s"
     )
     print(f"grade all of lab 1 from a cold cache (no fork server): {results['lab1_cold_s']:.1f} s")
+    e = statistics.median(results["torch_ext_edit_s"])  # type: ignore[arg-type]
+    print(f"PyTorch extension (fixtures/91) re-run after a one-line kernel edit (median of {REPEATS}): {e:.2f} s")
     return 0
 
 

@@ -19,10 +19,23 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     v = sub.add_parser("verify", help="every skeleton fails, every reference solution passes")
     v.add_argument("labs", nargs="*", help="e.g. lab1 (default: all)")
-    s = sub.add_parser("skeletons", help="regenerate student files from labN/solutions/*.cu")
+    s = sub.add_parser("skeletons", help="regenerate the student files from labN/solutions/ (every task file)")
     s.add_argument("--check", action="store_true", help="only report files that differ")
     r = sub.add_parser("release", help="export a student tree without solutions")
     r.add_argument("dest", type=Path)
+    b = sub.add_parser("bench", help="time a lab carefully; write its ladder tables and plots into its README")
+    b.add_argument("lab", help="e.g. lab2 (or a lab-shaped folder)")
+    b.add_argument("--task", default="", help="only these tasks: 04 or 01,04")
+    b.add_argument("--solutions", action="store_true", help="time the reference solutions")
+    b.add_argument("--readme", type=Path, help="write the ladder tables here (default: the lab's README.md)")
+    b.add_argument("--placeholder", action="store_true", help="write only the tables' shape, without numbers or GPU")
+    d = sub.add_parser("doctor", help="what this machine has for the course (exit 0 when the course can run here)")
+    d.add_argument("--json", action="store_true", help="the rows as JSON")
+    d.add_argument("--missing", action="store_true", help="only the requirements pip should install (setup.sh)")
+    d.add_argument("--need", choices=["course", "python"], default="course", help="what exit 0 vouches for")
+    pr = sub.add_parser("profile", help="Nsight Compute summary of one task's timing case")
+    pr.add_argument("task", help="e.g. lab1/03")
+    pr.add_argument("--solutions", action="store_true", help="profile the reference solution")
     a = p.parse_args(argv)
 
     if a.cmd == "verify":
@@ -42,6 +55,18 @@ def main(argv: list[str] | None = None) -> int:
         except RegionError as e:
             say(f"error: {e}")
             return 1
+    if a.cmd == "doctor":
+        from grader.instructor import doctor
+
+        return doctor.run(say, as_json=a.json, missing=a.missing, need=a.need)
+    if a.cmd == "profile":
+        from grader.instructor.profile import profile
+
+        return profile(a.task, a.solutions, say)
+    if a.cmd == "bench":
+        from grader.instructor.bench import bench
+
+        return bench(a.lab, a.task, a.solutions, a.readme, say, placeholder=a.placeholder)
     if a.cmd == "release":
         from grader.instructor.release import release
 

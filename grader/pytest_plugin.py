@@ -32,10 +32,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--force-run", action="store_true", help="run the checks even on untouched skeletons")
     g.addoption("--huge", action="store_true", help="also the cases past 2^31 elements (tens of GB; make grade)")
     g.addoption("--grade-dir", default="", help="write results.json and summary.md here")
+    g.addoption("--grader-inner", action="store_true", help="internal: the task process's session of a Python task")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU to pass (skipped, with a reason, without one)")
+    config.addinivalue_line("markers", "points(n): what a Python-module task's test is worth (default 1)")
     config.stash[_KEY] = Session(config)
 
 
@@ -48,7 +50,17 @@ def _task_of(item: pytest.Item) -> Task | None:
     return None
 
 
+def _runs_here(config: pytest.Config, item: pytest.Item) -> bool:
+    """A task graded by its spec's own tests (a Python module) runs them in its task process, in
+    an inner session (--grader-inner) that drops the `grade` test; the student's session runs only
+    the `grade` test. What one side drops is not a test of that session, so it goes silently."""
+    if not getattr(_task_of(item), "point_tests", False):
+        return True
+    return ("grade" in getattr(item, "fixturenames", ())) != config.getoption("--grader-inner")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items[:] = [item for item in items if _runs_here(config, item)]
     selectors = config.getoption("--task")
     keep, drop = [], []
     for item in items:

@@ -62,7 +62,12 @@ class Timing:
     gflops: float | None = None
     share_of_peak: float | None = None  # of the card's FLOP/s or DRAM limit, where one applies
     baseline: str = "torch"  # what `speedup` compares against
-    rung: str = ""  # the ladder rung, for ladders
+    rung: str = ""  # the ladder rung, for ladders: the entry point's symbol, or a baseline's name
+    ladder: str = ""  # the ladder's name for its rows (whose entry is "" for a baseline); "" otherwise
+    vs: dict[str, float] = field(default_factory=dict)  # baseline name -> its time / this time (> 1: faster)
+    read_gbps: float | None = None  # the card's measured read-only bandwidth, in the same run
+    peak_gbps: float | None = None  # theoretical DRAM bandwidth: memory clock x bus width x 2
+    peak_gflops: float | None = None  # theoretical FLOP/s for the entry's flop_peak (fp32 or tensor)
 
 
 @dataclass
@@ -149,10 +154,11 @@ class ChildJob:
     spec: str
     sources: dict[str, str]
     lib: str | None = None  # the library nvcc built, for CUDA tasks
-    timing: str = "quick"  # off | quick | bench
+    timing: str = "quick"  # off | quick | bench | ladder (bench, then the task's ladder: make bench-labN)
     sanitize: bool = False  # small cases only, no timing
     huge: bool = False  # also the cases past 2^31 elements
     variant: str = "student"  # student | solution | a broken variant's name: keeps build caches apart
+    profile: bool = False  # each entry point once on the timing case, for a profiler (grader/child/profiling.py)
 
     def to_line(self) -> str:
         return json.dumps(to_jsonable(self)) + "\n"

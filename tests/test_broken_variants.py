@@ -57,15 +57,45 @@ def test_every_variant_applies_and_compiles():
 
 def test_batches_cover_every_variant():
     graded = [n for batch in BROKEN.BATCHES for n in batch]
-    assert sorted(graded + BROKEN.SANITIZED + BROKEN.HUGE) == sorted(BROKEN.VARIANTS)
+    assert sorted(graded + BROKEN.SANITIZED + BROKEN.HUGE + BROKEN.TIMED) == sorted(BROKEN.VARIANTS)
+    assert sorted(n for n, v in BROKEN.VARIANTS.items() if v.timing) == sorted(BROKEN.TIMED)
+    assert set(BROKEN.AT_BUILD) <= set(graded), "the build-time variants are graded on the GPU too"
 
 
-def _grade(names: list[str], sanitize: bool, huge: bool = False) -> dict[str, TaskResult]:
+def _grade(names: list[str], sanitize: bool, huge: bool = False, timing: str = "off") -> dict[str, TaskResult]:
     tasks = {Path(t.spec_file).stem.removeprefix("test_"): t for t in catalogue.all_tasks(["lab1"])}
     chosen = [tasks[n.split(".")[0]] for n in names]
+    assert len({t.task_id for t in chosen}) == len(chosen), f"one variant per task in a grading run: {names}"
     sources = {t.task_id: materialize(n) for t, n in zip(chosen, names, strict=True)}
-    opts = runner.Options(timing="off", sanitize=sanitize, huge=huge, timeout=120 if huge else 20)
+    timeout = 120 if huge else (60 if timing != "off" else 20)
+    opts = runner.Options(timing=timing, sanitize=sanitize, huge=huge, timeout=timeout)
     return dict(zip(names, runner.grade(chosen, opts, sources), strict=True))
+
+
+@pytest.mark.parametrize("name", BROKEN.AT_BUILD)
+def test_build_time_variant_is_caught_without_a_gpu(name: str) -> None:
+    """The rules judge what was compiled, after the build and before anything runs: these verdicts
+    need nvcc, not a GPU."""
+    try:
+        toolchain.find_nvcc()
+    except toolchain.ToolchainError as e:
+        pytest.skip(str(e))
+    v = BROKEN.VARIANTS[name]
+    r = _grade([name], sanitize=False)[name]
+    assert str(r.verdict) in v.verdicts, f"{name}: {r.verdict}: {r.message}"
+    assert v.words.lower() in r.message.lower(), r.message
+
+
+def one_per_task(names: list[str]) -> list[list[str]]:
+    """`names` in batches that hold each task at most once (a grading run grades a task once)."""
+    batches: list[list[str]] = []
+    for name in names:
+        task = name.split(".")[0]
+        free = next((b for b in batches if all(n.split(".")[0] != task for n in b)), None)
+        if free is None:
+            batches.append(free := [])
+        free.append(name)
+    return batches
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +107,8 @@ def results() -> dict[str, TaskResult]:
         out.update(_grade(batch, sanitize=False))
     out.update(_grade(BROKEN.SANITIZED, sanitize=True))
     out.update(_grade(BROKEN.HUGE, sanitize=False, huge=True))
+    for batch in one_per_task(BROKEN.TIMED):  # they game only the timed calls: timing on
+        out.update(_grade(batch, sanitize=False, timing="quick"))
     return out
 
 

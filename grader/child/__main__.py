@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         job = ChildJob.from_line(line)
         task = load_task(Path(job.spec))
-        runner = importlib.import_module(RUNNERS[task.kind])
+        runner = importlib.import_module("grader.child.profiling" if job.profile else RUNNERS[task.kind])
         runner.run(task, job, rec)
     except CheckFailure as f:
         rec.set(verdict=f.verdict, message=f.message)

@@ -7,6 +7,7 @@ the two runs must agree bit for bit.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -112,61 +113,86 @@ def run_case(task: CudaTask, entry: Entry, ep: EntryPoint, case: Case, ctx: RunC
                 Verdict.WRONG,
                 f"{where}: input `{arg.name}` was modified ({changed} elements changed); inputs are read-only",
             )
-    check_outputs(task, entry, outs, expected, where)
+    judged_after_call(lambda: check_outputs(task, entry, outs, expected, where), where)
     if task.deterministic:
         values2, outs2 = prepare(task, entry, clones, shapes)
         call(ep, values2, where + " (second run)")
-        for name, g in outs.items():
-            a, b = bits(g.data, g.dtype), bits(outs2[name].data, g.dtype)
-            if not torch.equal(a, b):
-                n = int((a != b).sum())
-                raise CheckFailure(
-                    Verdict.WRONG,
-                    f"{where}: two runs on the same inputs disagree at {n} elements of `{name}`: a race "
-                    f"(a missing __syncthreads, or threads writing the same place without atomics)",
-                )
+
+        def agree() -> None:
+            for name, g in outs.items():
+                a, b = bits(g.data, g.dtype), bits(outs2[name].data, g.dtype)
+                if not torch.equal(a, b):
+                    n = int((a != b).sum())
+                    raise CheckFailure(
+                        Verdict.WRONG,
+                        f"{where}: two runs on the same inputs disagree at {n} elements of `{name}`: a race "
+                        f"(a missing __syncthreads, or threads writing the same place without atomics)",
+                    )
+
+        judged_after_call(agree, where + " (second run)")
     return CaseRecord(case.label, entry.symbol)
 
 
 def call(ep: EntryPoint, values: dict[str, Any], where: str) -> None:
-    """One call of a student entry point, waited for; an error code or a CUDA error is a crash."""
+    """One call of a student entry point; an error code or a CUDA error is a crash.
+
+    The whole device is idle before the call (the grader's inputs and poison are in place, on
+    whatever stream the student uses); afterwards only torch's current stream is waited for, as
+    a caller of a library would. Work the call left running elsewhere is `judged_after_call`'s."""
     import torch
 
     try:
-        rc = ep(values)
         torch.cuda.synchronize()
+        rc = ep(values)
+        torch.cuda.current_stream().synchronize()
     except RuntimeError as e:
         raise cuda_failure(e, where) from None
     if rc != 0:
         raise CheckFailure(Verdict.CRASH, returned_error(ep.lib, ep.symbol, rc, where))
 
 
-def time_entry(
-    task: CudaTask, entry: Entry, ep: EntryPoint, case: Case, budget: timing.Budget, copy_gbps: float
-) -> Timing:
+STREAM_CAUSE = (
+    "the work ran on a stream the grader does not wait on (a private non-blocking stream?): launch on the "
+    "default stream"
+)
+
+
+def stream_failure(where: str) -> CheckFailure:
+    return CheckFailure(
+        Verdict.WRONG,
+        f"{where}: the outputs were wrong once torch's stream had finished and right only after waiting for "
+        f"the whole device: {STREAM_CAUSE}",
+    )
+
+
+def judged_after_call(judge: Callable[[], None], where: str) -> None:
+    """Runs `judge` (which raises a CheckFailure) after `call`, which waited for torch's stream
+    only. A wrong verdict is judged again once the whole device is idle: right then means the
+    work ran on a stream nobody waits on, and the student is told that instead of a mismatch."""
     import torch
 
-    inputs, expected = inputs_and_reference(task, entry, case)
-    shapes = task.shapes(inputs, expected)
-    values, outs = prepare(task, entry, inputs, shapes)
-    marshalled = ep.marshal(values)
-    fns: dict[str, Any] = {"student": lambda: ep.call_raw(marshalled)}
-    if entry.baseline is not None:
-        base_outs = {k: torch.empty(s, dtype=outs[k].data.dtype, device=outs[k].data.device) for k, s in shapes.items()}
-        fns["torch"] = lambda: entry.baseline(inputs, base_outs)
-    stats = timing.Timer(host=entry.host).compare(fns, budget)
-    torch.cuda.synchronize()
-    check_outputs(task, entry, outs, expected, f"{entry.symbol}, case {case.label}, re-checked after timing")
-    s = stats["student"]
-    row = Timing(entry.symbol, case.label, s.median_ms, s.q1_ms, s.q3_ms, s.min_ms, s.n, copy_gbps=copy_gbps)
-    if "torch" in stats:
-        row.baseline_median_ms = stats["torch"].median_ms
-        row.speedup = stats["torch"].median_ms / s.median_ms
-    if entry.bytes_moved is not None:
-        row.gbps = entry.bytes_moved(inputs) / (s.median_ms * 1e-3) / 1e9
-        row.share_of_copy = row.gbps / copy_gbps
-    if entry.flops is not None:
-        row.gflops = entry.flops(inputs) / (s.median_ms * 1e-3) / 1e9
+    try:
+        judge()
+    except CheckFailure as first:
+        if first.verdict != Verdict.WRONG:
+            raise
+        try:
+            torch.cuda.synchronize()
+        except RuntimeError as e:
+            raise cuda_failure(e, where) from None
+        judge()  # still wrong: this (settled) report is the one to show
+        raise stream_failure(where) from None
+
+
+def time_entry(
+    task: CudaTask, entry: Entry, ep: EntryPoint, case: Case, budget: timing.Budget, limits: timing.Limits
+) -> Timing:
+    """The entry point on the timing case against its torch baseline, over rotating buffer sets
+    (grader/child/ladder.py, which times ladders the same way)."""
+    from grader.child.ladder import time_case  # builds on this module
+
+    baselines = {"torch": entry.baseline} if entry.baseline is not None else {}
+    (row,) = time_case(task, [(entry, ep)], baselines, case, budget, limits)
     return row
 
 
@@ -216,14 +242,20 @@ def run(task: CudaTask, job: ChildJob, rec: Recorder) -> None:
                 for draw in range(draws):
                     rec.set(phase=f"{entry.symbol}, case {case.label}")
                     report.cases.append(run_case(task, entry, eps[entry.symbol], case, ctx, draw))
-        if job.timing != "off" and not job.sanitize and task.timing_case:
-            case = next(c for c in task.cases if c.label == task.timing_case)
-            budget = timing.BENCH if job.timing == "bench" else timing.QUICK
-            rec.set(phase="measuring copy bandwidth")
-            copy = timing.copy_bandwidth_gbps()
-            for entry in task.entries:
-                rec.set(phase=f"timing {entry.symbol}, case {case.label}")
-                report.timings.append(time_entry(task, entry, eps[entry.symbol], case, budget, copy))
+        ladder = job.timing == "ladder" and task.ladder is not None
+        if job.timing != "off" and not job.sanitize and (task.timing_case or ladder):
+            budget = timing.QUICK if job.timing == "quick" else timing.BENCH
+            rec.set(phase="measuring the card's limits (copy and read bandwidth)")
+            limits = timing.measure_limits()
+            if task.timing_case:
+                case = next(c for c in task.cases if c.label == task.timing_case)
+                for entry in task.entries:
+                    rec.set(phase=f"timing {entry.symbol}, case {case.label}")
+                    report.timings.append(time_entry(task, entry, eps[entry.symbol], case, budget, limits))
+            if ladder:
+                from grader.child.ladder import run_ladder
+
+                report.timings += run_ladder(task, eps, limits, rec, budget)
     except CheckFailure as f:
         rec.set(verdict=f.verdict, message=f.message.replace("sanitize-labN", f"sanitize-{task.lab}"), notes=ctx.notes)
         return

@@ -3,17 +3,91 @@
 With a GPU: every skeleton (run even though untouched) must fail and every reference solution
 must pass. Without one: both must compile, the skeleton must read as "not started", and the
 checks must be able to fail (calibration). Either way the skeletons must match the solutions.
+
+Performance targets marked `gate=True` are promises (the lab README quotes them): with a GPU the
+reference solutions of those tasks are timed as `make bench-labN` times them, and a solution that
+misses a gated target fails verify. Without a GPU the gates are reported as not checked.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+
 from grader import paths, toolchain
 from grader.instructor import skeletons
 from grader.instructor.calibration import calibrate
-from grader.parent import runner
+from grader.parent import runner, scoring
 from grader.parent.static_checks import check_source
-from grader.records import Verdict
+from grader.records import TaskResult, Verdict
 from grader.tasks import catalogue
+from grader.tasks.spec import Task
+
+GATE_TIMEOUT = 900.0  # seconds per task: benchmark timing, and the ladder where a gate reads it
+
+
+def gated(tasks: list[Task]) -> list[Task]:
+    return [t for t in tasks if any(p.gate for p in t.perf)]
+
+
+def needs_ladder(task: Task) -> bool:
+    """Whether a gate of `task` reads a ladder row: a rung without a timing case, or a share of a
+    library baseline other than the entry's own torch baseline."""
+    if getattr(task, "ladder", None) is None:
+        return False
+    return not getattr(task, "timing_case", None) or any(
+        p.gate and p.metric.startswith("share_of:") and p.metric != "share_of:torch" for p in task.perf
+    )
+
+
+def gate_problems(task: Task, result: TaskResult) -> list[str]:
+    """One line per gated target of `task` that the timed reference solution did not hold."""
+    problems = []
+    for target in (p for p in task.perf if p.gate):
+        if result.verdict != Verdict.PASS:
+            first = (result.message or "").strip().splitlines()[:1]
+            problems.append(
+                f"{task.task_id}: gate {target.entry} {target.metric} not checked: the timed solution got "
+                f"{result.verdict}" + (f": {first[0]}" if first else "")
+            )
+            continue
+        value = scoring.metric(result, target)
+        if value is None:
+            problems.append(
+                f"{task.task_id}: gate {target.entry} {target.metric} was not measured: no timing of `{target.entry}` "
+                f"(a timing_case, or a ladder rung, must cover it)"
+            )
+        elif value < target.target:
+            problems.append(f"{task.task_id}: the reference solution misses its gate: {scoring.reached(target, value)}")
+    return problems
+
+
+def check_gates(tasks: list[Task], gpu: bool, say: Callable[[str], None]) -> list[str]:
+    """Times the reference solutions of the tasks with gated targets; the problems found."""
+    chosen = gated(tasks)
+    if not chosen:
+        return []
+    n = sum(p.gate for t in chosen for p in t.perf)
+    if not gpu:
+        say(f"performance gates not checked: no GPU ({n} gated targets in {len(chosen)} tasks)")
+        return []
+    say(f"timing {len(chosen)} reference solutions for {n} performance gates (benchmark timing)")
+    timeout = max(GATE_TIMEOUT, float(os.environ.get("GRADER_TIMEOUT", 0)))
+    problems: list[str] = []
+    results: list[TaskResult] = []
+    for mode in ("bench", "ladder"):
+        group = [t for t in chosen if needs_ladder(t) == (mode == "ladder")]
+        results += runner.grade(group, runner.Options(solutions=True, timing=mode, timeout=timeout)) if group else []
+    by_id = {r.task_id: r for r in results}
+    for task in chosen:
+        result = by_id[task.task_id]
+        found = gate_problems(task, result)
+        for target in (p for p in task.perf if p.gate):
+            value = scoring.metric(result, target)
+            if value is not None and result.verdict == Verdict.PASS:
+                say(f"  {task.task_id}: {scoring.reached(target, value)} {'✓' if value >= target.target else '✗'}")
+        problems += found
+    return problems
 
 
 def verify(labs: list[str], say: callable) -> int:  # type: ignore[valid-type]
@@ -53,8 +127,15 @@ def verify(labs: list[str], say: callable) -> int:  # type: ignore[valid-type]
         if not ok_sol:
             problems.append(f"{t.task_id}: the solution should pass but got {r.verdict}: {r.message}")
         problems += cal
+    problems += check_gates(tasks, gpu, say)
     if problems:
         say("\nproblems:\n  " + "\n  ".join(problems))
         return 1
-    say("verify: every skeleton fails, every solution " + ("passes" if gpu else "compiles") + ", every check can fail")
+    gates = ", every performance gate holds" if gpu and gated(tasks) else ""
+    say(
+        "verify: every skeleton fails, every solution "
+        + ("passes" if gpu else "compiles")
+        + ", every check can fail"
+        + gates
+    )
     return 0

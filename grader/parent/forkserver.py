@@ -29,7 +29,21 @@ IDLE_SECONDS = 900
 
 # imported once by the server, so that no forked task process pays for them: each kind of task's
 # runner in the task process, and the heavy modules those runners use
-PRELOAD = ("torch", "grader.child.__main__", "grader.child.cudalib")
+PRELOAD = (
+    "torch",
+    "grader.child.__main__",
+    "grader.child.cudalib",
+    "grader.child.pytests",  # pytest itself
+    "grader.child.notebook",
+    "nbformat",  # (with jsonschema) a second or so, like nbclient with jupyter_client and zmq
+    "nbclient",
+    "grader.child.torch_ext",
+    "torch.utils.cpp_extension",  # the PyTorch-extension kind's build
+    "torch._dynamo",  # torch.compile: with the next three about 3 s on a CPU, once here instead of per task
+    "torch._functorch.aot_autograd",
+    "torch._inductor.compile_fx",  # what the first compile(backend="aot_eager") call still imports (1 s)
+    "torch.testing._internal.optests",  # torch.library.opcheck
+)
 
 
 def enabled() -> bool:

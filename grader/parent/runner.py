@@ -203,7 +203,9 @@ def from_child(task: Task, src: Path, run: ChildRun, timeout: float) -> TaskResu
     r = run.result
     tail = _last_output(run.stderr or "")
     if run.timed_out:
-        if task.kind in ("cuda", "torch_ext"):
+        if "build" in r.phase:
+            why = "the build did not finish (a cold PyTorch-extension build takes about a minute on a busy machine)"
+        elif task.kind in ("cuda", "torch_ext"):
             why = (
                 "a kernel that never finishes (an infinite loop, a loop whose index never reaches its bound, "
                 "or a __syncthreads() that some threads of the block never reach)"

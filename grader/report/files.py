@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from grader.records import TaskResult
-from grader.report.terminal import fmt_ms
+from grader.records import TaskResult, Timing
+from grader.report.terminal import flops_cell, fmt_ms
 
 
 def write_json(path: Path, results: list[TaskResult], env: dict[str, Any]) -> None:
@@ -34,17 +34,21 @@ def markdown(results: list[TaskResult], env: dict[str, Any]) -> str:
         f"GPU: {gpu[0].get('name', 'none')} (cc {gpu[0].get('compute_capability', '-')}, driver "
         f"{gpu[0].get('driver', '-')}) · nvcc {env.get('nvcc')} · torch {env.get('torch')} · arch {env.get('arch')}",
         "",
-        "| task | verdict | time | vs torch | of copy bw | points |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| task | verdict | time | vs torch | of copy bw | GFLOP/s | points |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
-        for k, t in enumerate(r.timings or [None]):
+        timings: list[Timing | None] = [t for t in r.timings if not t.ladder]  # ladders: see the lab README
+        for k, t in enumerate(timings or [None]):
             name = f"{r.task_id} {r.title}" if k == 0 else "↳"
-            name += f" (`{t.entry}`)" if t and len(r.timings) > 1 else ""
+            name += f" (`{t.entry}`)" if t and len(timings) > 1 else ""
             speed = f"{t.speedup:.2f}×" if t and t.speedup else ""
             share = f"{t.share_of_copy:.0%}" if t and t.share_of_copy is not None else ""
             verdict, points = (str(r.verdict), f"{r.points:g} / {r.max_points:g}") if k == 0 else ("", "")
-            lines.append(f"| {name} | {verdict} | {fmt_ms(t.median_ms) if t else ''} | {speed} | {share} | {points} |")
+            lines.append(
+                f"| {name} | {verdict} | {fmt_ms(t.median_ms) if t else ''} | {speed} | {share} | {flops_cell(t)} "
+                f"| {points} |"
+            )
     total = sum(r.points for r in results)
     lines += ["", f"**Total: {total:g} / {sum(r.max_points for r in results):g}**", ""]
     kernels = [(r, k) for r in results for k in r.kernels]

@@ -21,17 +21,26 @@ def timing_cells(t: Timing | None) -> tuple[str, str, str]:
     return fmt_ms(t.median_ms), speed, share
 
 
+def flops_cell(t: Timing | None) -> str:
+    """GFLOP/s, for tasks that declare FLOPs, with its share of the card's peak where known."""
+    if t is None or t.gflops is None:
+        return ""
+    return f"{t.gflops:.0f}" + (f" ({t.gflops / t.peak_gflops:.0%} of peak)" if t.peak_gflops else "")
+
+
 def table(results: list[TaskResult]) -> str:
-    rows = [("task", "verdict", "time", "vs torch", "of copy bw", "points")]
+    """Ladder rows (`make bench-labN`) are left out: their tables go into the lab README."""
+    flops = any(t.gflops is not None for r in results for t in r.timings if not t.ladder)
+    rows = [("task", "verdict", "time", "vs torch", "of copy bw", *(["GFLOP/s"] if flops else []), "points")]
     for r in results:
-        timings = r.timings or [None]
+        timings: list[Timing | None] = [t for t in r.timings if not t.ladder] or [None]
         for k, t in enumerate(timings):
             name = f"{r.task_id} {r.title}" if k == 0 else f"  └ {t.entry if t else ''}"
             if k == 0 and len(timings) > 1 and t:
                 name += f" ({t.entry})"
             verdict = f"{MARK.get(r.verdict, '✗')} {r.verdict}" if k == 0 else ""
             points = f"{r.points:g}/{r.max_points:g}" if k == 0 and r.max_points else ""
-            rows.append((name, verdict, *timing_cells(t), points))
+            rows.append((name, verdict, *timing_cells(t), *([flops_cell(t)] if flops else []), points))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     out = []
     for j, row in enumerate(rows):

@@ -1,9 +1,13 @@
 """Declaring tasks: what a spec file imports.
 
 from grader.tasks import CudaTask, Case, Entry, In, Out, Int, NO_LIBRARIES
+from grader.tasks import PythonTask, NotebookTask, NotebookCheck
+from grader.tasks import TorchExtensionTask, TorchOp, Case
 """
 
 from grader.records import Verdict
+from grader.tasks.notebook import NotebookCheck, NotebookTask
+from grader.tasks.python import PythonTask
 from grader.tasks.rules import NO_LIBRARIES, uses_shared_memory, uses_syncthreads
 from grader.tasks.spec import (
     Case,
@@ -21,6 +25,7 @@ from grader.tasks.spec import (
     Size,
     Task,
 )
+from grader.tasks.torch_ext import TorchExtensionTask, TorchOp
 
 __all__ = [
     "NO_LIBRARIES",
@@ -33,11 +38,16 @@ __all__ = [
     "In",
     "InOut",
     "Int",
+    "NotebookCheck",
+    "NotebookTask",
     "Out",
     "PerfTarget",
+    "PythonTask",
     "Rule",
     "Size",
     "Task",
+    "TorchExtensionTask",
+    "TorchOp",
     "Verdict",
     "uses_shared_memory",
     "uses_syncthreads",

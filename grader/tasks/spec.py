@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     import torch
 
     from grader.child.context import RunContext
+    from grader.tasks.ladder import Ladder
 
 DType = Literal["f32", "f16", "i32", "u32", "i64", "u8"]
 Role = Literal["in", "out", "inout"]
@@ -110,6 +111,7 @@ class Entry:
     baseline: Callable[[Values, Values], Any] | None = None
     bytes_moved: Callable[[Values], float] | None = None
     flops: Callable[[Values], float] | None = None
+    flop_peak: str = "fp32"  # the FLOP/s limit a timing figure must stay under: fp32 (CUDA cores) | tensor
 
     def buffers(self, role: Role | None = None) -> list[Buffer]:
         return [a for a in self.args if isinstance(a, Buffer) and (role is None or a.role == role)]
@@ -150,11 +152,21 @@ class Case:
 
 @dataclass(frozen=True)
 class Rule:
-    """A static rule on the source (comments stripped): `forbid` or `require` a regex."""
+    """A rule on the student's code. `forbid` or `require` a regex in the source (comments
+    stripped), judged before the build. The other kinds judge what the build compiled, not how the
+    source is spelled (grader/tasks/rules.py makes them: NO_LIBRARIES, uses_shared_memory,
+    uses_syncthreads): `no_libraries` (the headers the preprocessor read, the libraries the .so
+    links), `shared_memory` and `barrier` (per kernel, from ptxas and the PTX; `pattern`, if not
+    empty, names the kernels that must each comply, else one kernel is enough)."""
 
-    kind: Literal["forbid", "require"]
+    kind: Literal["forbid", "require", "no_libraries", "shared_memory", "barrier"]
     pattern: str
     why: str
+
+    @property
+    def compiled(self) -> bool:
+        """Judged on the build (CUDA-library tasks), after it, in the grading process."""
+        return self.kind not in ("forbid", "require")
 
 
 @dataclass(frozen=True)
@@ -162,13 +174,18 @@ class PerfTarget:
     """Performance points: the metric of `entry` on the timing case must reach `target`.
 
     metric is "share_of_copy" (achieved GB/s over the measured copy bandwidth), "speedup" (torch
-    time over student time) or "speedup_over:<symbol>" (another entry point's time over this one's).
+    time over student time), "speedup_over:<symbol>" (another entry point's time over this one's),
+    "share_of_peak" (of the card's theoretical FLOP/s, or DRAM bandwidth without FLOPs), "gbps",
+    "gflops" or "share_of:<baseline>" (a ladder baseline's time over this one's, e.g. cuBLAS). An
+    entry timed only in its task's ladder is judged at the ladder's last sweep size. A gate must
+    hold for the reference solution: `make verify` times it and fails when it misses.
     """
 
     entry: str
     metric: str
     target: float
     points: float
+    gate: bool = False
 
 
 @dataclass(kw_only=True)
@@ -210,7 +227,8 @@ class Task:
 @dataclass(kw_only=True)
 class CudaTask(Task):
     """`.cu`/`.cpp` sources built with nvcc into one shared library whose C entry points
-    (`COURSE_API`) the grader calls through ctypes on seeded inputs.
+    (`COURSE_API`) the grader calls through ctypes on seeded inputs. Each `.cu`/`.cpp` of
+    `sources` is its own translation unit; headers listed there are hashed, not compiled.
 
     nvcc_flags, libraries (cublas, cublasLt, cudnn, curand, cufft: linked as -lNAME) and
     include_packages (PyPI wheels that ship headers: "nvidia-cudnn-frontend", "nvidia-cutlass")
@@ -231,6 +249,7 @@ class CudaTask(Task):
     nvcc_flags: Sequence[str] = ()
     libraries: Sequence[str] = ()
     include_packages: Sequence[str] = ()
+    ladder: Ladder | None = None  # rungs timed side by side over a sweep (grader/tasks/ladder.py)
 
     def tol(self, dtype: str) -> tuple[float, float]:
         return self.tolerance.get(dtype, DEFAULT_TOLERANCE[dtype])

@@ -17,6 +17,7 @@ class Variant(NamedTuple):
     words: str  # the message must contain this (case-insensitive)
     why: str
     huge: bool = False  # caught only by the cases past 2^31 elements (make grade)
+    timing: bool = False  # caught only when the timed calls run: graded with timing on (see TIMED)
 
 
 SAXPY_BODY = "    if (i < n) out[i] = alpha * x[i] + y[i];"
@@ -57,6 +58,128 @@ VARIANTS: dict[str, Variant] = {
         "illegal memory access",
         "writes hundreds of GB past its output",
     ),
+    "03_saxpy.skips_repeated_calls": Variant(
+        "03_saxpy.cu",
+        [
+            (
+                "COURSE_API cudaError_t saxpy(int n, float alpha, const float* x, const float* y, float* out) {\n",
+                "COURSE_API cudaError_t saxpy(int n, float alpha, const float* x, const float* y, float* out) {\n"
+                "    // remembers the argument lists it has computed, and returns at once when one comes again\n"
+                "    struct Args { int n; float alpha; const float* x; const float* y; float* out; };\n"
+                "    static Args seen[64];\n"
+                "    static int calls = 0;\n"
+                "    for (int k = 0; k < calls && k < 64; ++k) {\n"
+                "        const Args& a = seen[k];\n"
+                "        if (a.n == n && a.alpha == alpha && a.x == x && a.y == y && a.out == out)\n"
+                "            return cudaSuccess;\n"
+                "    }\n"
+                "    seen[calls++ % 64] = Args{n, alpha, x, y, out};\n",
+            )
+        ],
+        {"wrong"},
+        "not all computed",
+        "skips its work when called again with the same arguments (a timer that repeats one call saw 11x the copy"
+        " bandwidth)",
+        timing=True,
+    ),
+    "03_saxpy.private_stream": Variant(
+        "03_saxpy.cu",
+        [
+            (
+                "    saxpy_kernel<<<blocks, THREADS>>>(n, alpha, x, y, out);\n",
+                "    static cudaStream_t stream = nullptr;  // a stream of its own, which nobody waits on\n"
+                "    if (stream == nullptr) CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));\n"
+                "    saxpy_kernel<<<blocks, THREADS, 0, stream>>>(n, alpha, x, y, out);\n",
+            )
+        ],
+        {"wrong"},
+        "a stream the grader does not wait on",
+        "launches on a private non-blocking stream and returns without waiting",
+        timing=True,
+    ),
+    "07_histogram.fingerprint_replay": Variant(
+        "07_histogram.cu",
+        [
+            (
+                "__global__ void histogram_shared_kernel(",
+                "// Remembers the bins of each input it has counted, recognised by n and its first 64 bytes;\n"
+                "// an input seen before gets its bins replayed without being read.\n"
+                "struct Memo { unsigned long long key; int n; int used; unsigned int bins[BINS]; };\n"
+                "constexpr int MEMO = 8;\n"
+                "__device__ Memo memo[MEMO];\n"
+                "__device__ unsigned int memo_next, memo_done;\n"
+                "__device__ int memo_hit;\n"
+                "\n"
+                "// every thread of the block calls it\n"
+                "__device__ unsigned long long block_fingerprint(const unsigned char* data, int n) {\n"
+                "    __shared__ unsigned char head[64];\n"
+                "    __shared__ unsigned long long key;\n"
+                "    if (threadIdx.x < 64 && (int)threadIdx.x < n) head[threadIdx.x] = data[threadIdx.x];\n"
+                "    __syncthreads();\n"
+                "    if (threadIdx.x == 0) {\n"
+                "        unsigned long long h = 1469598103934665603ull ^ (unsigned long long)n;\n"
+                "        for (int i = 0; i < min(n, 64); ++i) h = (h ^ head[i]) * 1099511628211ull;\n"
+                "        key = h;\n"
+                "    }\n"
+                "    __syncthreads();\n"
+                "    return key;\n"
+                "}\n"
+                "\n"
+                "// one block: writes the remembered bins on a hit, zeroes them on a miss\n"
+                "__global__ void memo_lookup(const unsigned char* data, int n, unsigned int* bins) {\n"
+                "    __shared__ int found;\n"
+                "    const unsigned long long key = block_fingerprint(data, n);\n"
+                "    if (threadIdx.x == 0) {\n"
+                "        found = -1;\n"
+                "        for (int k = 0; k < MEMO; ++k)\n"
+                "            if (memo[k].used && memo[k].key == key && memo[k].n == n) found = k;\n"
+                "        memo_hit = found >= 0;\n"
+                "    }\n"
+                "    __syncthreads();\n"
+                "    for (int b = threadIdx.x; b < BINS; b += blockDim.x)\n"
+                "        bins[b] = found >= 0 ? memo[found].bins[b] : 0u;\n"
+                "}\n"
+                "\n"
+                "__global__ void histogram_shared_kernel(",
+            ),
+            (
+                "    __shared__ unsigned int local[BINS];\n",
+                "    __shared__ unsigned int local[BINS];\n    if (memo_hit) return;  // the lookup wrote the bins\n",
+            ),
+            (
+                "        if (local[b] != 0) atomicAdd(&bins[b], local[b]);\n    }\n",
+                "        if (local[b] != 0) atomicAdd(&bins[b], local[b]);\n    }\n"
+                "    // the last block to finish remembers the bins\n"
+                "    __shared__ bool last;\n"
+                "    __shared__ unsigned int slot;\n"
+                "    __threadfence();\n"
+                "    if (threadIdx.x == 0) last = atomicAdd(&memo_done, 1u) == gridDim.x - 1;\n"
+                "    __syncthreads();\n"
+                "    if (!last) return;\n"
+                "    const unsigned long long key = block_fingerprint(data, n);\n"
+                "    if (threadIdx.x == 0) {\n"
+                "        slot = memo_next++ % MEMO;\n"
+                "        memo[slot].key = key;\n"
+                "        memo[slot].n = n;\n"
+                "        memo[slot].used = 1;\n"
+                "        memo_done = 0;\n"
+                "    }\n"
+                "    __syncthreads();\n"
+                "    for (int b = threadIdx.x; b < BINS; b += blockDim.x)\n"
+                "        memo[slot].bins[b] = ((volatile unsigned int*)bins)[b];\n",
+            ),
+            (
+                "    CUDA_CHECK(cudaMemsetAsync(bins, 0, BINS * sizeof(unsigned int)));\n"
+                "    histogram_shared_kernel<<<blocks, THREADS>>>(data, n, bins);\n",
+                "    memo_lookup<<<1, THREADS>>>(data, n, bins);\n"
+                "    histogram_shared_kernel<<<blocks, THREADS>>>(data, n, bins);\n",
+            ),
+        ],
+        {"wrong"},
+        "timing figure past what the card can do",
+        "replays the bins of an input it recognises by a fingerprint of 64 bytes: right answers, 64 MB never read",
+        timing=True,
+    ),
     "04_swap_pairs.writes_input": Variant(
         "04_swap_pairs.cu",
         [
@@ -85,6 +208,47 @@ VARIANTS: dict[str, Variant] = {
         {"wrong", "sanitizer"},
         "",
         "the barrier sits before the loads, so nothing orders loads and reads",
+    ),
+    "03_saxpy.thrust_alias": Variant(
+        "03_saxpy.cu",
+        [
+            (
+                '#include "course.h"\n',
+                '#include "course.h"\n\n'
+                "#define LIBHDR <thrust/transform.h>\n"
+                "#define POLICY <thrust/execution_policy.h>\n"
+                "#include LIBHDR\n"
+                "#include POLICY\n"
+                "namespace lib = thrust;\n\n"
+                "struct Axpy {\n"
+                "    float alpha;\n"
+                "    __device__ float operator()(float xi, float yi) const { return alpha * xi + yi; }\n"
+                "};\n",
+            ),
+            (
+                "    constexpr int THREADS = 256;\n"
+                "    int blocks = (n + THREADS - 1) / THREADS;\n"
+                "    saxpy_kernel<<<blocks, THREADS>>>(n, alpha, x, y, out);\n",
+                "    lib::transform(lib::device, x, x + n, y, out, Axpy{alpha});\n",
+            ),
+        ],
+        {"rule violation"},
+        "thrust/transform.h",
+        "Thrust through a macro-spelled #include and a namespace alias: no library name is spelled out",
+    ),
+    "04_swap_pairs.shared_unused": Variant(
+        "04_swap_pairs.cu",
+        [
+            ("        if (g < n) tile[k] = in[g];\n", "        (void)g;\n"),
+            (
+                "        out[g] = tile[t2 + 1];\n        out[g + 1] = tile[t2];\n",
+                "        out[g] = in[g + 1];\n        out[g + 1] = in[g];\n",
+            ),
+            ("        out[g] = tile[t2];  // odd n", "        out[g] = in[g];  // odd n"),
+        ],
+        {"rule violation"},
+        "0 bytes of shared memory",
+        "a __shared__ tile declared but never used and a bare __syncthreads(): swaps straight from global memory",
     ),
     "05_silu.unchecked": Variant(
         "05_silu.cu",
@@ -152,7 +316,12 @@ BATCHES = [
         "07_histogram.no_zero",
     ],
     ["03_saxpy.illegal_address", "05_silu.leaks"],
-    ["03_saxpy.no_guard"],
+    ["03_saxpy.no_guard", "04_swap_pairs.shared_unused"],
+    ["03_saxpy.thrust_alias"],
 ]
 SANITIZED = ["04_swap_pairs.sync_misplaced"]  # graded with compute-sanitizer as well
+# verdicts the build decides (the rules judge what was compiled): graded on a machine without a GPU too
+AT_BUILD = ["03_saxpy.thrust_alias", "04_swap_pairs.shared_unused"]
 HUGE = ["02_matrix_add.int_offsets"]  # graded with the cases past 2^31 elements (tens of GB of GPU memory)
+# graded with timing on (quick): they pass every correctness check and game only the timed calls
+TIMED = ["03_saxpy.skips_repeated_calls", "03_saxpy.private_stream", "07_histogram.fingerprint_replay"]

@@ -1,0 +1,380 @@
+"""Timing student entry points so that the figures cannot be gamed: alone on a task's timing case,
+or as the rungs of a ladder over a sweep of sizes, interleaved with the library baselines.
+
+Every rung's timed calls rotate over K buffer sets (distinct seeded inputs, distinct guarded
+outputs) whose input contents shift one slot every round (timing.Rotation). Before each call,
+outside the timed region, that set's outputs are re-poisoned (PREFILL) and L2 is flushed; after
+its end event a check on the device counts wrong and never-written elements against bounds
+computed once per dataset (timing.Bounds), without the host waiting. The counts are read once,
+at the end: a call that skipped its work or replayed an earlier result shows up there. The
+figures are then held against the card's limits (timing.Limits): past them, the measurement is
+void. Either way the grader first asks whether the work simply ran on a stream it does not wait
+on, and says so when it did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from grader.child import timing
+from grader.child.buffers import PREFILL, Guarded, bits
+from grader.child.context import returned_error, seed_for
+from grader.child.cudalib import check_outputs, prepare, stream_failure
+from grader.child.ffi import EntryPoint
+from grader.records import CheckFailure, Timing, Verdict
+from grader.tasks.spec import Case, CudaTask, Entry, Rng, Scalar, Values, clone_values
+
+if TYPE_CHECKING:
+    import torch
+
+    from grader.child.__main__ import Recorder
+
+Baselines = Mapping[str, Callable[[Values, Values], Any]]
+
+
+def _nbytes(values: Mapping[str, Any]) -> int:
+    return sum(v.numel() * v.element_size() for v in values.values() if hasattr(v, "element_size"))
+
+
+@dataclass
+class Dataset:
+    """One seeded draw of a case's inputs and what each rung's outputs must then hold. Its `in`
+    tensors start as one slot's inputs and then travel from slot to slot; `expected` and `bounds`
+    stay with the draw."""
+
+    inputs: Values
+    expected: dict[str, Values]  # rung symbol -> output name -> reference
+    bounds: dict[str, dict[str, timing.Bounds]]  # rung symbol -> output name -> bounds
+
+
+def draw(task: CudaTask, entries: Sequence[Entry], case: Case, k: int) -> Dataset:
+    inputs = task.make_inputs(case.params, Rng(seed_for(task, case.label, k), "cuda"))
+    for e in entries:
+        for arg in e.buffers("in") + e.buffers("inout"):
+            if arg.host:
+                inputs[arg.name] = inputs[arg.name].cpu().contiguous()
+    expected: dict[str, Values] = {}
+    bounds: dict[str, dict[str, timing.Bounds]] = {}
+    by_reference: dict[int, Values] = {}  # rungs of one operation usually share their reference
+    for e in entries:
+        ref = by_reference.get(id(e.reference))
+        if ref is None:
+            ref = by_reference[id(e.reference)] = e.reference(clone_values(inputs))
+        expected[e.symbol] = ref
+        shapes = task.shapes(inputs, ref)
+        bounds[e.symbol] = {
+            b.name: timing.Bounds.of(
+                ref[b.name].to("cpu" if b.host else "cuda"), b.dtype, *task.tol(b.dtype), shapes[b.name]
+            )
+            for b in e.buffers()
+            if b.role != "in"
+        }
+    return Dataset(inputs, expected, bounds)
+
+
+class BufferSets:
+    """The K datasets of one case and the slots their inputs live in, shared by every rung."""
+
+    def __init__(self, task: CudaTask, entries: Sequence[Entry], case: Case, wanted: int = timing.SETS) -> None:
+        import torch
+
+        first = draw(task, entries, case, 0)
+        outputs = sum(
+            _nbytes({b.name: first.expected[e.symbol][b.name] for b in e.buffers() if b.role != "in"}) for e in entries
+        )
+        per_set = _nbytes(first.inputs) + 4 * outputs  # inputs, reference, bounds and the guarded outputs
+        host = any(e.host for e in entries)
+        if host:
+            free = 1 << 40
+        else:
+            free, _ = torch.cuda.mem_get_info()
+            free += torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+        k = timing.choose_sets(per_set, free, wanted)
+        self.datasets = [first] + [draw(task, entries, case, i) for i in range(1, k)]
+        self.rotation = timing.Rotation(k)
+        names = {b.name for e in entries for b in e.buffers("in")}
+        self.slots: list[dict[str, torch.Tensor]] = [{n: d.inputs[n] for n in names} for d in self.datasets]
+        self.spare = {n: torch.empty_like(t) for n, t in self.slots[0].items()} if k > 1 else {}
+        self.shifts = 0
+
+    @property
+    def sets(self) -> int:
+        return self.rotation.sets
+
+    def each_rep(self, rep: int) -> None:
+        if self.rotation.shift_before(rep):
+            timing.shift_contents(self.slots, self.spare)
+            self.shifts += 1
+
+    def holding(self, slot: int) -> int:
+        """The dataset whose inputs `slot` holds now."""
+        return (slot - self.shifts) % self.sets
+
+
+class Rung:
+    """One student entry point, timed over the rotating buffer sets, with its outputs checked
+    after every call."""
+
+    def __init__(
+        self,
+        task: CudaTask,
+        entry: Entry,
+        ep: EntryPoint,
+        sets: BufferSets,
+        limits: timing.Limits,
+        max_reps: int,
+        where: str,
+    ) -> None:
+        import torch
+
+        self.task, self.entry, self.ep, self.sets, self.limits, self.where = task, entry, ep, sets, limits, where
+        self.roles = {b.name: b.role for b in entry.buffers() if b.role != "in"}
+        self.scalars = [a.name for a in entry.args if isinstance(a, Scalar)]
+        self.values: list[dict[str, Any]] = []
+        self.outs: list[dict[str, Guarded]] = []
+        for d in sets.datasets:
+            shapes = task.shapes(d.inputs, d.expected[entry.symbol])
+            values, outs = prepare(task, entry, d.inputs, shapes)
+            self.values.append(values)
+            self.outs.append(outs)
+        self._marshalled: dict[tuple[int, int], list[Any]] = {}
+        device = "cpu" if entry.host else "cuda"
+        self.bad = torch.zeros(max_reps, dtype=torch.int64, device=device)
+        self.unwritten = torch.zeros(max_reps, dtype=torch.int64, device=device)
+        self.rc, self.rc_rep = 0, -1
+        self._args: list[Any] = []
+
+    def marshalled(self, slot: int, dataset: int) -> list[Any]:
+        """The slot's pointers with the dataset's scalars (alpha, ...), marshalled once."""
+        key = (slot, dataset)
+        if key not in self._marshalled:
+            scalars = {n: self.sets.datasets[dataset].inputs[n] for n in self.scalars}
+            self._marshalled[key] = self.ep.marshal({**self.values[slot], **scalars})
+        return self._marshalled[key]
+
+    def poison(self, slot: int, dataset: int) -> None:
+        for name, g in self.outs[slot].items():
+            if self.roles[name] == "out":
+                bits(g.data, g.dtype).fill_(PREFILL[g.dtype])
+            else:  # in-place: back to the dataset's starting value
+                g.data.copy_(self.sets.datasets[dataset].inputs[name].reshape(g.shape))
+
+    def prepare(self, rep: int) -> None:
+        slot, d = self.sets.rotation.slot(rep), self.sets.rotation.dataset(rep)
+        self.poison(slot, d)
+        self._args = self.marshalled(slot, d)
+
+    def run(self, rep: int) -> None:
+        rc = self.ep.call_raw(self._args)
+        if rc != 0 and self.rc == 0:
+            self.rc, self.rc_rep = rc, rep
+
+    def check(self, rep: int) -> None:
+        slot, d = self.sets.rotation.slot(rep), self.sets.rotation.dataset(rep)
+        bounds = self.sets.datasets[d].bounds[self.entry.symbol]
+        for name, g in self.outs[slot].items():
+            self.bad[rep] += bounds[name].count_bad(g.data)
+            if self.roles[name] == "out":
+                self.unwritten[rep] += bounds[name].count_unwritten(g.data)
+
+    def subject(self) -> timing.Subject:
+        return timing.Subject(run=self.run, prepare=self.prepare, check=self.check)
+
+    # --- after the timing: what the counts and the figures say ---------------------------------
+
+    def verify(self, n: int) -> None:
+        """Raises the verdict when a timed call failed, skipped its work or left wrong outputs."""
+        if self.rc != 0:
+            raise CheckFailure(
+                Verdict.CRASH, returned_error(self.ep.lib, self.entry.symbol, self.rc, f"{self.where} (a timed call)")
+            )
+        bad = self.bad[:n].tolist()
+        unwritten = self.unwritten[:n].tolist()
+        failed = [r for r in range(n) if bad[r] > 0]
+        if failed:
+            if self.on_private_stream():
+                raise stream_failure(self.where)
+            worst = max(failed, key=lambda r: bad[r])
+            detail = f"after the worst, {bad[worst]} elements were wrong"
+            if unwritten[worst]:
+                detail += f", {unwritten[worst]} of them never written (the grader's poison was still there)"
+            raise CheckFailure(
+                Verdict.WRONG,
+                f"{self.where}: the timed calls were not all computed: {len(failed)} of {n} timed calls left wrong "
+                f"outputs; {detail}. Results replayed from an earlier call, or work skipped when called again with "
+                f"the same arguments? The grader rotates {self.sets.sets} buffer sets, moves their contents every "
+                f"round and poisons every output before each call: each call must compute its outputs from its "
+                f"inputs.",
+            )
+        rot = self.sets.rotation
+        for slot in range(self.sets.sets):
+            used = [r for r in range(n) if rot.slot(r) == slot]
+            if used:  # the full judge, with its report, on what each set's last call left
+                d = rot.dataset(used[-1])
+                where = f"{self.where}, re-checked after timing"
+                check_outputs(
+                    self.task, self.entry, self.outs[slot], self.sets.datasets[d].expected[self.entry.symbol], where
+                )
+
+    def on_private_stream(self, tries: int = 3) -> bool:
+        """True when the outputs are wrong once torch's stream is done but right once the whole
+        device is: the work ran on a stream nobody waits on. A snapshot taken on torch's stream
+        right after the call shows the difference for any kernel that takes longer than a launch."""
+        import torch
+
+        slot = 0
+        d = self.sets.holding(slot)
+        bounds = self.sets.datasets[d].bounds[self.entry.symbol]
+        for _ in range(tries):
+            torch.cuda.synchronize()
+            self.poison(slot, d)
+            torch.cuda.synchronize()
+            self.ep.call_raw(self.marshalled(slot, d))
+            snaps = {n: g.data.clone() for n, g in self.outs[slot].items()}
+            torch.cuda.current_stream().synchronize()
+            early = all(int(bounds[n].count_bad(s)) == 0 for n, s in snaps.items())
+            torch.cuda.synchronize()
+            late = all(int(bounds[n].count_bad(g.data)) == 0 for n, g in self.outs[slot].items())
+            if not late:
+                return False
+            if not early:
+                return True
+        return False
+
+    def check_limits(self, row: Timing, bytes_moved: float | None) -> None:
+        reserved = timing.persisting_l2_bytes()
+        problem = self.limits.past(
+            gbps=row.gbps,
+            gflops=row.gflops,
+            bytes_moved=bytes_moved,
+            flop_peak=self.entry.flop_peak,
+            written_bytes=sum(g.numel * g.data.element_size() for g in self.outs[0].values()),
+            l2_reserved=reserved is None or reserved > 0,
+        )
+        if problem is None:
+            return
+        if self.on_private_stream():
+            raise stream_failure(self.where)
+        raise CheckFailure(
+            Verdict.WRONG,
+            f"{self.where}: timing figure past what the card can do: {problem}. The measurement is void and "
+            f"earns nothing: the timed call cannot have done all of its work. Is part of it done outside the "
+            f"call (a private stream, a host thread, a result kept from an earlier call)?",
+        )
+
+
+def make_row(
+    name: str,
+    entry: Entry,
+    case: Case,
+    inputs: Values,
+    stats: Mapping[str, timing.Stats],
+    key: str,
+    baselines: Sequence[str],
+    limits: timing.Limits,
+    ladder: str,
+) -> Timing:
+    """A Timing row with every metric the entry declares; `key` names this row's stats."""
+    s = stats[key]
+    row = Timing(
+        entry=name,
+        case=case.label,
+        median_ms=s.median_ms,
+        q1_ms=s.q1_ms,
+        q3_ms=s.q3_ms,
+        min_ms=s.min_ms,
+        n=s.n,
+        copy_gbps=limits.copy_gbps,
+        read_gbps=limits.read_gbps,
+        peak_gbps=limits.dram_gbps,
+        peak_gflops=limits.peak_gflops(entry.flop_peak),
+        ladder=ladder,
+    )
+    if baselines:
+        row.vs = {b: stats[f"baseline:{b}"].median_ms / s.median_ms for b in baselines}
+        row.baseline = baselines[0]
+        row.baseline_median_ms = stats[f"baseline:{baselines[0]}"].median_ms
+        row.speedup = row.vs[baselines[0]]
+    if entry.bytes_moved is not None:
+        row.gbps = entry.bytes_moved(inputs) / (s.median_ms * 1e-3) / 1e9
+        row.share_of_copy = row.gbps / limits.copy_gbps
+    if entry.flops is not None:
+        row.gflops = entry.flops(inputs) / (s.median_ms * 1e-3) / 1e9
+    if row.gflops is not None and row.peak_gflops:
+        row.share_of_peak = row.gflops / row.peak_gflops
+    elif row.gbps is not None and row.peak_gbps:
+        row.share_of_peak = row.gbps / row.peak_gbps
+    return row
+
+
+def time_case(
+    task: CudaTask,
+    rungs: Sequence[tuple[Entry, EntryPoint]],
+    baselines: Baselines,
+    case: Case,
+    budget: timing.Budget,
+    limits: timing.Limits,
+    ladder: str = "",
+) -> list[Timing]:
+    """Times the rungs and baselines interleaved on one case. Returns one row per rung, then (for
+    a ladder) one per baseline. Raises the verdict when a rung's timed calls were not all right or
+    its figures are impossible."""
+    import torch
+
+    entries = [e for e, _ in rungs]
+    sets = BufferSets(task, entries, case)
+    prefix = f"ladder {ladder}: " if ladder else ""
+    students = [
+        Rung(task, e, ep, sets, limits, budget.max_reps, f"{prefix}{e.symbol}, case {case.label} (timing)")
+        for e, ep in rungs
+    ]
+    subjects: dict[str, Callable[[], object] | timing.Subject] = {r.entry.symbol: r.subject() for r in students}
+    base_inputs = sets.datasets[0].inputs
+    first = entries[0]
+    shapes = task.shapes(base_inputs, sets.datasets[0].expected[first.symbol])
+    ref_outs = students[0].outs[0]
+    base_outs = {
+        k: torch.empty(s, dtype=ref_outs[k].data.dtype, device=ref_outs[k].data.device) for k, s in shapes.items()
+    }
+    for name, fn in baselines.items():
+        subjects[f"baseline:{name}"] = lambda fn=fn: fn(base_inputs, base_outs)
+    stats = timing.Timer(host=any(e.host for e in entries)).compare(subjects, budget, each_rep=sets.each_rep)
+    torch.cuda.synchronize()
+    names = list(baselines)
+    rows = []
+    for r in students:
+        r.verify(stats[r.entry.symbol].n)
+        row = make_row(r.entry.symbol, r.entry, case, base_inputs, stats, r.entry.symbol, names, limits, ladder)
+        row.rung = r.entry.symbol if ladder else ""
+        r.check_limits(row, r.entry.bytes_moved(base_inputs) if r.entry.bytes_moved else None)
+        rows.append(row)
+    if ladder:
+        for name in names:
+            row = make_row("", first, case, base_inputs, stats, f"baseline:{name}", names, limits, ladder)
+            row.rung = name
+            rows.append(row)
+    return rows
+
+
+def run_ladder(
+    task: CudaTask, eps: Mapping[str, EntryPoint], limits: timing.Limits, rec: Recorder, budget: timing.Budget
+) -> list[Timing]:
+    """Every sweep size of the task's ladder: rungs and baselines interleaved, size by size."""
+    import torch
+
+    ladder = task.ladder
+    assert ladder is not None
+    problems = ladder.problems(task)
+    if problems:
+        raise CheckFailure(
+            Verdict.GRADER_ERROR, f"{task.task_id}: the ladder `{ladder.name}` cannot run: " + "; ".join(problems)
+        )
+    rows: list[Timing] = []
+    for case in ladder.sweep:
+        rec.set(phase=f"ladder {ladder.name}, case {case.label}")
+        rungs = [(task.entry(s), eps[s]) for s in ladder.rungs]
+        rows += time_case(task, rungs, ladder.baselines, case, budget, limits, ladder=ladder.name)
+        torch.cuda.empty_cache()  # the next size's buffer sets start from free memory
+    return rows

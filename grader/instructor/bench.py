@@ -1,0 +1,96 @@
+"""`make bench-labN`: time a lab carefully, then write each ladder's table and plot.
+
+    python -m grader bench lab2 [--task 04] [--solutions] [--readme PATH] [--placeholder]
+
+Every task is graded with benchmark timing; a task that declares a ladder also has its rungs and
+baselines timed interleaved over its sweep (timing mode "ladder"). A ladder whose task passed
+gets its Markdown table written into the lab README between its markers, with a caption naming
+the card, driver, CUDA toolkit and torch, and its plot as labN/figures/ladder-NN.png. A task
+that did not pass leaves its table as it was: a README never shows numbers of wrong code.
+`--placeholder` writes the tables' shape without numbers (no GPU needed), so a new ladder's block
+exists before its first GPU run and `make check` can hold it to the declaration.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from grader import paths, toolchain
+from grader.parent import runner, scoring
+from grader.records import Verdict
+from grader.report import envinfo, ladders
+from grader.report.terminal import table
+from grader.tasks import catalogue
+
+BENCH_TIMEOUT = 900.0  # seconds per task: a ladder times every rung at every size, several times over
+
+
+def lab_dir(lab: str) -> Path:
+    """`lab2` names a lab of this course; a path names any lab-shaped folder (the grader's fixtures)."""
+    p = Path(lab)
+    if (p / "tests").is_dir():
+        return p.resolve()
+    return paths.ROOT / lab
+
+
+def bench(
+    lab: str,
+    selectors: str,
+    solutions: bool,
+    readme: Path | None,
+    say: Callable[[str], None],
+    placeholder: bool = False,
+) -> int:
+    folder = lab_dir(lab)
+    if not (folder / "tests").is_dir():
+        say(f"no lab {lab!r} here (expected {paths.rel(folder)}/tests)")
+        return 2
+    tasks = catalogue.select(catalogue.lab_tasks(folder), selectors)
+    if not tasks:
+        say(f"no task of {lab} matches {selectors!r}" if selectors else f"{lab} has no tasks yet")
+        return 2
+    readme = readme or folder / "README.md"
+    with_ladder = ladders.laddered(tasks)
+    broken = [f"{t.task_id}: {p}" for t in with_ladder for p in t.ladder.problems(t)]  # type: ignore[union-attr]
+    if broken:
+        say("ladder declarations that cannot run:\n  " + "\n  ".join(broken))
+        return 1
+    if placeholder:
+        for t in with_ladder:
+            existed, _ = ladders.write(readme, t, None, None)
+            say(f"{t.task_id}: {'reset' if existed else 'added'} the shape of its ladder table in {paths.rel(readme)}")
+        return 0
+    if not toolchain.has_gpu():
+        say(
+            "no NVIDIA GPU visible (nvidia-smi finds none): nothing to time; the README tables stay as they are "
+            "(--placeholder writes their shape)"
+        )
+        return 2
+    env = envinfo.environment()
+    timeout = max(BENCH_TIMEOUT, float(os.environ.get("GRADER_TIMEOUT", 0)))
+    opts = runner.Options(solutions=solutions, timing="ladder", timeout=timeout)
+    results = {r.task_id: r for r in runner.grade(tasks, opts)}
+    say(table(list(results.values())))
+    rc = 0
+    for t in tasks:
+        r = results[t.task_id]
+        for line in scoring.perf_report(t, r) if r.verdict == Verdict.PASS else []:
+            say(f"{t.task_id}: {line}")
+        if r.verdict not in (Verdict.PASS, Verdict.SKIPPED):
+            rc = 1
+    for t in with_ladder:
+        r = results[t.task_id]
+        if r.verdict != Verdict.PASS:
+            first = (r.message or "").strip().splitlines()[:1]
+            say(f"{t.task_id}: {r.verdict}{': ' + first[0] if first else ''}; its ladder table is left as it was")
+            rc = 1
+            continue
+        rows = [x for x in r.timings if x.ladder]
+        existed, png = ladders.write(readme, t, rows, env)
+        say("\n" + "\n".join(ladders.table(t, rows)))
+        where = "" if existed else " (appended at the end: move the block, markers and all, where it belongs)"
+        drawn = f" and its plot into {paths.rel(png)}" if png else " (no plot: pip install matplotlib)"
+        say(f"{t.task_id}: wrote the {t.ladder.name} table into {paths.rel(readme)}{where}{drawn}")  # type: ignore[union-attr]
+    return rc
