@@ -1,4 +1,4 @@
-"""Instructor commands: python -m grader {verify,skeletons,release}."""
+"""The grader's commands: python -m grader {verify,skeletons,release,doctor,bench,profile}."""
 
 from __future__ import annotations
 

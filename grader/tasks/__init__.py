@@ -3,9 +3,11 @@
 from grader.tasks import CudaTask, Case, Entry, In, Out, Int, NO_LIBRARIES
 from grader.tasks import PythonTask, NotebookTask, NotebookCheck
 from grader.tasks import TorchExtensionTask, TorchOp, Case
+from grader.tasks import Ladder   (several versions of one kernel timed side by side)
 """
 
 from grader.records import Verdict
+from grader.tasks.ladder import Ladder
 from grader.tasks.notebook import NotebookCheck, NotebookTask
 from grader.tasks.python import PythonTask
 from grader.tasks.rules import NO_LIBRARIES, uses_shared_memory, uses_syncthreads
@@ -38,6 +40,7 @@ __all__ = [
     "In",
     "InOut",
     "Int",
+    "Ladder",
     "NotebookCheck",
     "NotebookTask",
     "Out",
