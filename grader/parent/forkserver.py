@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +39,13 @@ PRELOAD = (
     "nbformat",  # (with jsonschema) a second or so, like nbclient with jupyter_client and zmq
     "nbclient",
     "grader.child.torch_ext",
-    "torch.utils.cpp_extension",  # the PyTorch-extension kind's build
-    "torch._dynamo",  # torch.compile: with the next three about 3 s on a CPU, once here instead of per task
+    "torch._dynamo",  # torch.compile: with the next two about 2 s on a CPU, once here instead of per task
     "torch._functorch.aot_autograd",
-    "torch._inductor.compile_fx",  # what the first compile(backend="aot_eager") call still imports (1 s)
     "torch.testing._internal.optests",  # torch.library.opcheck
 )
+# Never preload torch.utils.cpp_extension or torch._inductor: importing either touches the CUDA
+# driver (seen on an H200 with torch 2.11), and a child forked after that cannot use CUDA at all
+# ("Cannot re-initialize CUDA in forked subprocess"). serve() checks this with a probe child.
 
 
 def enabled() -> bool:
@@ -129,6 +131,9 @@ def _serve_one(conn: socket.socket, listener: socket.socket) -> None:
             sys.stdout = os.fdopen(1, "w", buffering=1)
             sys.stderr = os.fdopen(2, "w", buffering=1)
             code = child_main(req["argv"])
+        except BaseException:  # os._exit skips the usual traceback: print it for the parent to quote
+            traceback.print_exc()
+            sys.stderr.flush()
         finally:
             os._exit(code)
     conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
@@ -140,6 +145,23 @@ def _serve_one(conn: socket.socket, listener: socket.socket) -> None:
         pass  # the client gave up (timeout) and went away
 
 
+def _forked_children_can_use_cuda() -> bool:
+    """Whether a child forked now can start CUDA (trivially true without a GPU)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.init()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
 def serve(path: Path) -> None:
     import importlib
 
@@ -148,6 +170,9 @@ def serve(path: Path) -> None:
             importlib.import_module(name)
         except ImportError:
             pass  # a kind whose packages are missing fails in its own task, with its own message
+    if not _forked_children_can_use_cuda():
+        print("fork server: a forked child cannot use CUDA after the preloads; not serving", file=sys.stderr)
+        return  # the grader then starts a fresh interpreter per task: slower, never wrong
 
     path.unlink(missing_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
