@@ -169,6 +169,7 @@ _ENVIRONMENT_FAILURES = re.compile(
     r"|^nvcc fatal\s*:"
     r"|^(/bin/)?sh: \d+: \S+: not found$"
     r"|cannot find -l\S+"
+    r"|ld(\.\w+)?: error: cannot open /\S+\.so\S*: No such file"  # a system library the linker was told of
     r"|ptxas fatal\s*:\s*Value '\w+' is not defined",
     re.M,
 )

@@ -168,15 +168,6 @@ def _check_tools(cuda: bool) -> list[str]:
     return gencode
 
 
-def _fast_linker() -> list[str]:
-    """lld or gold where installed: the library links against libtorch's multi-GB shared objects,
-    which GNU ld reads in about a second and gold in a third of that; a one-line edit pays it."""
-    for name in ("lld", "gold"):
-        if shutil.which(f"ld.{name}"):
-            return [f"-fuse-ld={name}"]
-    return []
-
-
 def _fingerprint(cuda: bool) -> str:
     import torch
 
@@ -204,29 +195,18 @@ def build(task: TorchExtensionTask, native: Sequence[Path], cuda: bool) -> tuple
         before = lib.stat().st_mtime_ns if lib.exists() else None
         start = time.perf_counter()
 
-        def load(ldflags: list[str]) -> None:
+        try:
             cpp_extension.load(
                 name=task.extension,
                 sources=[str(p) for p in native],
                 extra_cflags=["-O3", *task.cflags],
                 extra_cuda_cflags=["-O3", "-lineinfo", *gencode, *task.cuda_cflags] if cuda else None,
-                extra_ldflags=ldflags,
                 extra_include_paths=[str(paths.INCLUDE)],
                 build_directory=str(out),
                 with_cuda=cuda,
                 is_python_module=False,
                 verbose=False,
             )
-
-        try:
-            fast = _fast_linker()
-            try:
-                load(fast)
-            except RuntimeError as e:
-                # a linker that cannot link what the default one can is the machine's quirk: once more without
-                if not (fast and f"FAILED: {task.extension}.so" in str(e)):
-                    raise
-                load([])
         except RuntimeError as e:
             if not str(e).startswith("Error building extension"):
                 raise
