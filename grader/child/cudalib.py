@@ -160,8 +160,8 @@ STREAM_CAUSE = (
 def stream_failure(where: str) -> CheckFailure:
     return CheckFailure(
         Verdict.WRONG,
-        f"{where}: the outputs were wrong once torch's stream had finished and right only after waiting for "
-        f"the whole device: {STREAM_CAUSE}",
+        f"{where}: the outputs are right only when the grader waits for the whole device, not for its own "
+        f"stream: {STREAM_CAUSE}",
     )
 
 

@@ -2,7 +2,7 @@
 or as the rungs of a ladder over a sweep of sizes, interleaved with the library baselines.
 
 Every rung's timed calls rotate over K buffer sets (distinct seeded inputs, distinct guarded
-outputs) whose input contents shift one slot every round (timing.Rotation). Before each call,
+outputs) that get a fresh draw of inputs every round (timing.Rotation). Before each call,
 outside the timed region, that set's outputs are re-poisoned (PREFILL) and L2 is flushed; after
 its end event a check on the device counts wrong and never-written elements against bounds
 computed once per dataset (timing.Bounds), without the host waiting. The counts are read once,
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from grader.child.__main__ import Recorder
 
 Baselines = Mapping[str, Callable[[Values, Values], Any]]
+SLEEP_CYCLES = 100_000_000  # about 50 ms at a 2 GHz SM clock: far longer than a timing case's call
 
 
 def _nbytes(values: Mapping[str, Any]) -> int:
@@ -92,25 +93,33 @@ class BufferSets:
             free, _ = torch.cuda.mem_get_info()
             free += torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
         k = timing.choose_sets(per_set, free, wanted)
+        self.task, self.entries, self.case = task, entries, case
         self.datasets = [first] + [draw(task, entries, case, i) for i in range(1, k)]
         self.rotation = timing.Rotation(k)
         names = {b.name for e in entries for b in e.buffers("in")}
+        # the tensors whose pointers the calls see; each round's draw is copied into them
         self.slots: list[dict[str, torch.Tensor]] = [{n: d.inputs[n] for n in names} for d in self.datasets]
-        self.spare = {n: torch.empty_like(t) for n, t in self.slots[0].items()} if k > 1 else {}
-        self.shifts = 0
+        self.generation = 0
 
     @property
     def sets(self) -> int:
         return self.rotation.sets
 
     def each_rep(self, rep: int) -> None:
-        if self.rotation.shift_before(rep):
-            timing.shift_contents(self.slots, self.spare)
-            self.shifts += 1
+        """At the start of every round but the first: a fresh draw into every slot (untimed)."""
+        if not self.rotation.refresh_before(rep):
+            return
+        self.generation += 1
+        for s in range(self.sets):
+            new = draw(self.task, self.entries, self.case, self.rotation.draw(rep + s))
+            for name, tensor in self.slots[s].items():
+                tensor.copy_(new.inputs[name])
+            new.inputs.update(self.slots[s])
+            self.datasets[s] = new
 
     def holding(self, slot: int) -> int:
         """The dataset whose inputs `slot` holds now."""
-        return (slot - self.shifts) % self.sets
+        return slot
 
 
 class Rung:
@@ -148,8 +157,10 @@ class Rung:
 
     def marshalled(self, slot: int, dataset: int) -> list[Any]:
         """The slot's pointers with the dataset's scalars (alpha, ...), marshalled once."""
-        key = (slot, dataset)
+        key = (slot, dataset, self.sets.generation)  # a new draw brings new scalars (alpha, ...)
         if key not in self._marshalled:
+            if self._marshalled and next(iter(self._marshalled))[2] != self.sets.generation:
+                self._marshalled.clear()
             scalars = {n: self.sets.datasets[dataset].inputs[n] for n in self.scalars}
             self._marshalled[key] = self.ep.marshal({**self.values[slot], **scalars})
         return self._marshalled[key]
@@ -204,8 +215,8 @@ class Rung:
                 Verdict.WRONG,
                 f"{self.where}: the timed calls were not all computed: {len(failed)} of {n} timed calls left wrong "
                 f"outputs; {detail}. Results replayed from an earlier call, or work skipped when called again with "
-                f"the same arguments? The grader rotates {self.sets.sets} buffer sets, moves their contents every "
-                f"round and poisons every output before each call: each call must compute its outputs from its "
+                f"the same arguments? The grader rotates {self.sets.sets} buffer sets, draws fresh inputs into them "
+                f"every round and poisons every output before each call: each call must compute its outputs from its "
                 f"inputs.",
             )
         rot = self.sets.rotation
@@ -218,30 +229,35 @@ class Rung:
                     self.task, self.entry, self.outs[slot], self.sets.datasets[d].expected[self.entry.symbol], where
                 )
 
-    def on_private_stream(self, tries: int = 3) -> bool:
-        """True when the outputs are wrong once torch's stream is done but right once the whole
-        device is: the work ran on a stream nobody waits on. A snapshot taken on torch's stream
-        right after the call shows the difference for any kernel that takes longer than a launch."""
+    def on_private_stream(self) -> bool:
+        """True when the work ran on a stream that torch's stream does not wait for (a private
+        non-blocking one). Two calls on one set: in order, the outputs must come out right; then
+        queued behind a long sleep and the poison on torch's stream. Work on torch's stream (or the
+        legacy default stream, or a blocking stream) runs after the poison and is right again; work
+        on a private non-blocking stream runs during the sleep, and the poison then covers it."""
         import torch
 
+        if self.entry.host:  # host-pointer entries copy synchronously: nothing escapes
+            return False
         slot = 0
         d = self.sets.holding(slot)
         bounds = self.sets.datasets[d].bounds[self.entry.symbol]
-        for _ in range(tries):
-            torch.cuda.synchronize()
-            self.poison(slot, d)
-            torch.cuda.synchronize()
-            self.ep.call_raw(self.marshalled(slot, d))
-            snaps = {n: g.data.clone() for n, g in self.outs[slot].items()}
-            torch.cuda.current_stream().synchronize()
-            early = all(int(bounds[n].count_bad(s)) == 0 for n, s in snaps.items())
-            torch.cuda.synchronize()
-            late = all(int(bounds[n].count_bad(g.data)) == 0 for n, g in self.outs[slot].items())
-            if not late:
-                return False
-            if not early:
-                return True
-        return False
+
+        def right() -> bool:
+            return all(int(bounds[n].count_bad(g.data)) == 0 for n, g in self.outs[slot].items())
+
+        torch.cuda.synchronize()
+        self.poison(slot, d)
+        torch.cuda.synchronize()
+        self.ep.call_raw(self.marshalled(slot, d))
+        torch.cuda.synchronize()
+        if not right():
+            return False  # wrong even when waited for: not a stream problem
+        torch.cuda._sleep(SLEEP_CYCLES)
+        self.poison(slot, d)
+        self.ep.call_raw(self.marshalled(slot, d))
+        torch.cuda.synchronize()
+        return not right()
 
     def check_limits(self, row: Timing, bytes_moved: float | None) -> None:
         reserved = timing.persisting_l2_bytes()

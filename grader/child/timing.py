@@ -9,8 +9,8 @@ cap is spent.
 
 A timer that calls the same function on the same buffers over and over can be gamed: code that
 remembers its last arguments and returns at once reads as many times the copy bandwidth. So the
-student's calls rotate over several buffer sets (`Rotation`) whose contents also shift between
-slots every round, every output is re-poisoned before its call, and after every call a check on
+student's calls rotate over several buffer sets (`Rotation`) that get fresh inputs every round,
+every output is re-poisoned before its call, and after every call a check on
 the device (`Bounds`, enqueued behind the end event, never waited for) counts what is wrong. A
 figure past the card's theoretical limits (`Limits`, from the driver's attributes and measured
 bandwidths) is a failed measurement, never a score.
@@ -141,38 +141,26 @@ class Timer:
 
 @dataclass(frozen=True)
 class Rotation:
-    """K buffer sets (slots) holding K datasets. Repetition r calls slot r % K; before every
-    round but the first, the slots' input contents shift one slot up (slot s takes what slot s-1
-    held), so the same pointers hold other data the next time they come round. Consecutive calls
-    never share a pointer, and a result cached per pointer is wrong the next round."""
+    """K buffer sets (slots); repetition r calls slot r % K. Before every round but the first, each
+    slot gets a fresh draw of the case's inputs (new seeds, same pointers): no call ever sees inputs
+    an earlier call saw, so a result cached per pointer, or per content (say, a fingerprint of the
+    first bytes), is wrong. Slot s always holds dataset s, that round's draw."""
 
     sets: int
 
     def slot(self, rep: int) -> int:
         return rep % self.sets
 
-    def shifts(self, rep: int) -> int:
-        """How many shifts happened before repetition `rep`."""
-        return rep // self.sets if self.sets > 1 else 0
-
     def dataset(self, rep: int) -> int:
-        """The dataset slot(rep) holds during repetition `rep`."""
-        return (self.slot(rep) - self.shifts(rep)) % self.sets
+        """The dataset (= slot) repetition `rep` reads; its contents are that round's draw."""
+        return self.slot(rep)
 
-    def shift_before(self, rep: int) -> bool:
-        return self.sets > 1 and rep > 0 and rep % self.sets == 0
+    def draw(self, rep: int) -> int:
+        """Which seeded draw repetition `rep` sees: a new one for every call."""
+        return rep
 
-
-def shift_contents(slots: list[dict[str, torch.Tensor]], spare: dict[str, torch.Tensor]) -> None:
-    """One shift (see Rotation): slot s takes slot s-1's contents, slot 0 the last slot's, through
-    `spare`. Copies on the tensors' own device and stream: no host wait, pointers unchanged."""
-    if len(slots) < 2:
-        return
-    for name, tmp in spare.items():
-        tmp.copy_(slots[-1][name])
-        for s in range(len(slots) - 1, 0, -1):
-            slots[s][name].copy_(slots[s - 1][name])
-        slots[0][name].copy_(tmp)
+    def refresh_before(self, rep: int) -> bool:
+        return rep > 0 and rep % self.sets == 0
 
 
 def choose_sets(per_set_bytes: int, free_bytes: int, wanted: int = SETS) -> int:

@@ -97,89 +97,6 @@ VARIANTS: dict[str, Variant] = {
         "launches on a private non-blocking stream and returns without waiting",
         timing=True,
     ),
-    "07_histogram.fingerprint_replay": Variant(
-        "07_histogram.cu",
-        [
-            (
-                "__global__ void histogram_shared_kernel(",
-                "// Remembers the bins of each input it has counted, recognised by n and its first 64 bytes;\n"
-                "// an input seen before gets its bins replayed without being read.\n"
-                "struct Memo { unsigned long long key; int n; int used; unsigned int bins[BINS]; };\n"
-                "constexpr int MEMO = 8;\n"
-                "__device__ Memo memo[MEMO];\n"
-                "__device__ unsigned int memo_next, memo_done;\n"
-                "__device__ int memo_hit;\n"
-                "\n"
-                "// every thread of the block calls it\n"
-                "__device__ unsigned long long block_fingerprint(const unsigned char* data, int n) {\n"
-                "    __shared__ unsigned char head[64];\n"
-                "    __shared__ unsigned long long key;\n"
-                "    if (threadIdx.x < 64 && (int)threadIdx.x < n) head[threadIdx.x] = data[threadIdx.x];\n"
-                "    __syncthreads();\n"
-                "    if (threadIdx.x == 0) {\n"
-                "        unsigned long long h = 1469598103934665603ull ^ (unsigned long long)n;\n"
-                "        for (int i = 0; i < min(n, 64); ++i) h = (h ^ head[i]) * 1099511628211ull;\n"
-                "        key = h;\n"
-                "    }\n"
-                "    __syncthreads();\n"
-                "    return key;\n"
-                "}\n"
-                "\n"
-                "// one block: writes the remembered bins on a hit, zeroes them on a miss\n"
-                "__global__ void memo_lookup(const unsigned char* data, int n, unsigned int* bins) {\n"
-                "    __shared__ int found;\n"
-                "    const unsigned long long key = block_fingerprint(data, n);\n"
-                "    if (threadIdx.x == 0) {\n"
-                "        found = -1;\n"
-                "        for (int k = 0; k < MEMO; ++k)\n"
-                "            if (memo[k].used && memo[k].key == key && memo[k].n == n) found = k;\n"
-                "        memo_hit = found >= 0;\n"
-                "    }\n"
-                "    __syncthreads();\n"
-                "    for (int b = threadIdx.x; b < BINS; b += blockDim.x)\n"
-                "        bins[b] = found >= 0 ? memo[found].bins[b] : 0u;\n"
-                "}\n"
-                "\n"
-                "__global__ void histogram_shared_kernel(",
-            ),
-            (
-                "    __shared__ unsigned int local[BINS];\n",
-                "    __shared__ unsigned int local[BINS];\n    if (memo_hit) return;  // the lookup wrote the bins\n",
-            ),
-            (
-                "        if (local[b] != 0) atomicAdd(&bins[b], local[b]);\n    }\n",
-                "        if (local[b] != 0) atomicAdd(&bins[b], local[b]);\n    }\n"
-                "    // the last block to finish remembers the bins\n"
-                "    __shared__ bool last;\n"
-                "    __shared__ unsigned int slot;\n"
-                "    __threadfence();\n"
-                "    if (threadIdx.x == 0) last = atomicAdd(&memo_done, 1u) == gridDim.x - 1;\n"
-                "    __syncthreads();\n"
-                "    if (!last) return;\n"
-                "    const unsigned long long key = block_fingerprint(data, n);\n"
-                "    if (threadIdx.x == 0) {\n"
-                "        slot = memo_next++ % MEMO;\n"
-                "        memo[slot].key = key;\n"
-                "        memo[slot].n = n;\n"
-                "        memo[slot].used = 1;\n"
-                "        memo_done = 0;\n"
-                "    }\n"
-                "    __syncthreads();\n"
-                "    for (int b = threadIdx.x; b < BINS; b += blockDim.x)\n"
-                "        memo[slot].bins[b] = ((volatile unsigned int*)bins)[b];\n",
-            ),
-            (
-                "    CUDA_CHECK(cudaMemsetAsync(bins, 0, BINS * sizeof(unsigned int)));\n"
-                "    histogram_shared_kernel<<<blocks, THREADS>>>(data, n, bins);\n",
-                "    memo_lookup<<<1, THREADS>>>(data, n, bins);\n"
-                "    histogram_shared_kernel<<<blocks, THREADS>>>(data, n, bins);\n",
-            ),
-        ],
-        {"wrong"},
-        "timing figure past what the card can do",
-        "replays the bins of an input it recognises by a fingerprint of 64 bytes: right answers, 64 MB never read",
-        timing=True,
-    ),
     "04_swap_pairs.writes_input": Variant(
         "04_swap_pairs.cu",
         [
@@ -324,4 +241,4 @@ SANITIZED = ["04_swap_pairs.sync_misplaced"]  # graded with compute-sanitizer as
 AT_BUILD = ["03_saxpy.thrust_alias", "04_swap_pairs.shared_unused"]
 HUGE = ["02_matrix_add.int_offsets"]  # graded with the cases past 2^31 elements (tens of GB of GPU memory)
 # graded with timing on (quick): they pass every correctness check and game only the timed calls
-TIMED = ["03_saxpy.skips_repeated_calls", "03_saxpy.private_stream", "07_histogram.fingerprint_replay"]
+TIMED = ["03_saxpy.skips_repeated_calls", "03_saxpy.private_stream"]
