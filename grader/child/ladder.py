@@ -106,16 +106,17 @@ class BufferSets:
         return self.rotation.sets
 
     def each_rep(self, rep: int) -> None:
-        """At the start of every round but the first: a fresh draw into every slot (untimed)."""
+        """Before a repetition (untimed): a fresh draw into the slot it is about to use. Only that
+        slot: the others keep the draw their latest call saw, which the re-check after timing uses."""
         if not self.rotation.refresh_before(rep):
             return
         self.generation += 1
-        for s in range(self.sets):
-            new = draw(self.task, self.entries, self.case, self.rotation.draw(rep + s))
-            for name, tensor in self.slots[s].items():
-                tensor.copy_(new.inputs[name])
-            new.inputs.update(self.slots[s])
-            self.datasets[s] = new
+        s = self.rotation.slot(rep)
+        new = draw(self.task, self.entries, self.case, self.rotation.draw(rep))
+        for name, tensor in self.slots[s].items():
+            tensor.copy_(new.inputs[name])
+        new.inputs.update(self.slots[s])
+        self.datasets[s] = new
 
     def holding(self, slot: int) -> int:
         """The dataset whose inputs `slot` holds now."""

@@ -141,10 +141,11 @@ class Timer:
 
 @dataclass(frozen=True)
 class Rotation:
-    """K buffer sets (slots); repetition r calls slot r % K. Before every round but the first, each
-    slot gets a fresh draw of the case's inputs (new seeds, same pointers): no call ever sees inputs
-    an earlier call saw, so a result cached per pointer, or per content (say, a fingerprint of the
-    first bytes), is wrong. Slot s always holds dataset s, that round's draw."""
+    """K buffer sets (slots); repetition r calls slot r % K. From the second round on, the slot a
+    repetition is about to use first gets a fresh draw of the case's inputs (a new seed, the same
+    pointers): no call sees inputs an earlier call saw, so a result cached per pointer, or per
+    content (say, a fingerprint of the first bytes), is wrong. Slot s holds dataset s, the draw its
+    latest call saw."""
 
     sets: int
 
@@ -152,7 +153,7 @@ class Rotation:
         return rep % self.sets
 
     def dataset(self, rep: int) -> int:
-        """The dataset (= slot) repetition `rep` reads; its contents are that round's draw."""
+        """The dataset (= slot) repetition `rep` reads."""
         return self.slot(rep)
 
     def draw(self, rep: int) -> int:
@@ -160,7 +161,8 @@ class Rotation:
         return rep
 
     def refresh_before(self, rep: int) -> bool:
-        return rep > 0 and rep % self.sets == 0
+        """Whether slot(rep) gets a fresh draw before repetition `rep` (every use but its first)."""
+        return rep >= self.sets
 
 
 def choose_sets(per_set_bytes: int, free_bytes: int, wanted: int = SETS) -> int:
