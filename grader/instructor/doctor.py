@@ -261,7 +261,7 @@ def counters_admin_only() -> bool:
 
 
 def models_dir() -> Path:
-    return Path(os.environ["GRADER_MODELS"]) if os.environ.get("GRADER_MODELS") else paths.ROOT / "lab5" / "models"
+    return paths.ROOT / "lab5" / "models"
 
 
 def model_files(folder: Path) -> list[Path]:
