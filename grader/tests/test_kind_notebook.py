@@ -9,19 +9,15 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from grader import paths
 from grader.child.__main__ import Recorder
 from grader.child.notebook import run as run_notebook
-from grader.parent import forkserver, runner
-from grader.parent.isolation import child_env
+from grader.parent import runner
 from grader.parent.static_checks import check_source
 from grader.records import ChildJob, TaskResult, Verdict
 from grader.tasks.catalogue import load_task
@@ -50,29 +46,6 @@ def no_forkserver() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GRADER_FORKSERVER", "0")
         yield
-
-
-@pytest.fixture
-def forkserver_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """A fork server of our own (preloads included) on a scratch socket; yields the pids it forked."""
-    sock = tmp_path / "fs.sock"
-    monkeypatch.setattr(forkserver, "socket_path", lambda: sock)
-    monkeypatch.setenv("GRADER_FORKSERVER", "1")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "grader.parent.forkserver", str(sock)], cwd=paths.ROOT, env=child_env()
-    )
-    forked: list[int] = []
-    request = forkserver.request
-    monkeypatch.setattr(forkserver, "request", lambda *a: forked.append(request(*a)) or forked[-1])
-    try:
-        deadline = time.time() + 120
-        while not sock.exists() and time.time() < deadline and proc.poll() is None:
-            time.sleep(0.1)
-        assert sock.exists(), "the fork server did not start"
-        yield forked
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def grade(task: NotebookTask, notebook: Path | None) -> TaskResult:

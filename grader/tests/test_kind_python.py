@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,14 +20,14 @@ import pytest
 
 from grader import paths
 from grader.child.pytests import points_of
-from grader.parent import forkserver, runner
-from grader.parent.isolation import child_env
+from grader.parent import runner
 from grader.parent.static_checks import check_source
 from grader.records import TaskResult, Verdict
 from grader.tasks.catalogue import load_task
 from grader.tasks.python import PythonTask
 from grader.tasks.regions import find_regions, make_skeleton, not_started
 from grader.tasks.spec import Rule
+from grader.tests.variants import materialize
 
 FIXTURE = Path(__file__).parent / "fixtures" / "python"
 SPEC = FIXTURE / "tests" / "test_92_tinystats.py"
@@ -52,31 +51,32 @@ def no_forkserver() -> Iterator[None]:
         yield
 
 
-@pytest.fixture
-def forkserver_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """A fork server of our own (preloads included) on a scratch socket; yields the pids it forked."""
-    sock = tmp_path / "fs.sock"
-    monkeypatch.setattr(forkserver, "socket_path", lambda: sock)
-    monkeypatch.setenv("GRADER_FORKSERVER", "1")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "grader.parent.forkserver", str(sock)], cwd=paths.ROOT, env=child_env()
-    )
-    forked: list[int] = []
-    request = forkserver.request
-    monkeypatch.setattr(forkserver, "request", lambda *a: forked.append(request(*a)) or forked[-1])
-    try:
-        deadline = time.time() + 120
-        while not sock.exists() and time.time() < deadline and proc.poll() is None:
-            time.sleep(0.1)
-        assert sock.exists(), "the fork server did not start"
-        yield forked
-    finally:
-        proc.kill()
-        proc.wait()
+REFERENCE = FIXTURE / "variants" / "pass.py"  # the reference: not under solutions/, so a student release keeps it
+VARIANTS = {  # broken on purpose: edits of the reference (grader/tests/variants.py)
+    "wrong": [("    m = mean(xs)\n    return sum((x - m) ** 2", "    return sum(x**2")],  # forgets the mean
+    "crash": [
+        (
+            "    m = mean(xs)\n    return sum((x - m) ** 2 for x in xs) / len(xs)",
+            "    __import__('ctypes').string_at(0)\n    return 0.0",
+        )
+    ],  # SIGSEGV
+    "timeout": [
+        (
+            "    for i, x in enumerate(xs):\n        if x > xs[best]:\n            best = i",
+            "    i = 0\n    while i < len(xs):\n        if xs[i] > xs[best]:\n            best = i",
+        )
+    ],  # never leaves its loop
+}
+
+
+def variant_file(name: str) -> Path:
+    if name == "pass":
+        return REFERENCE
+    return materialize(REFERENCE, VARIANTS[name], f"python-{name}", f"grader fixture variant `{name}`")
 
 
 def grade(task: PythonTask, variant: str | None, timeout: float = TIMEOUT) -> TaskResult:
-    overrides = {task.task_id: {SOURCE: FIXTURE / "variants" / f"{variant}.py"}} if variant else None
+    overrides = {task.task_id: {SOURCE: variant_file(variant)}} if variant else None
     (result,) = runner.grade([task], runner.Options(timing="off", timeout=timeout), overrides)
     return result
 
@@ -191,13 +191,13 @@ def test_points_marks():
 
 
 def test_the_fixture_follows_the_task_file_conventions():
-    solution = FIXTURE / "variants" / "pass.py"  # the reference: a variant, so a student release keeps it
+    solution = REFERENCE
     student = FIXTURE / SOURCE
     assert student.read_text() == make_skeleton(solution.read_text(), SOURCE)
     assert not_started(student.read_text(), SOURCE) and not not_started(solution.read_text(), SOURCE)
     assert {r.tag for r in find_regions(student.read_text(), SOURCE)} == {"fixtures/92"}
     compile(student.read_text(), str(student), "exec")  # the skeleton is valid Python: stubs keep bodies
-    for f in (student, *(FIXTURE / "variants").glob("*.py")):
+    for f in (student, REFERENCE):
         head = f.read_text().split('"""')[1]
         assert all(field in head for field in ("Implement:", "Contract:", "Test:")), f
 

@@ -30,9 +30,47 @@ from grader.records import CheckFailure, TaskResult, Verdict
 from grader.tasks import TorchExtensionTask, TorchOp
 from grader.tasks.catalogue import load_task
 from grader.tasks.spec import Case
+from grader.tests.variants import materialize
 
 FIXTURE = Path(__file__).parent / "fixtures" / "torch_ext"
-VARIANTS = FIXTURE / "variants"
+# the variants, broken on purpose: edits of the working files (grader/tests/variants.py)
+FORMULA = "out[i] = alpha * x[i] + y[i];"
+
+EDITS = {
+    "wrong": {
+        "91_scaled_add.cu": [(FORMULA, "out[i] = alpha * y[i] + x[i];")],
+        "98_scaled_add_cpu.cpp": [(FORMULA, "out[i] = alpha * y[i] + x[i];")],
+    },
+    "crash": {  # writes 4 TB past `out`
+        "91_scaled_add.cu": [(FORMULA, "out[i + (int64_t{1} << 40)] = alpha * x[i] + y[i];")],
+        "98_scaled_add_cpu.cpp": [(FORMULA, "out[i + (int64_t{1} << 40)] = alpha * x[i] + y[i];")],
+    },
+    "timeout": {  # waits for a flag nobody sets
+        "91_scaled_add.cu": [
+            (FORMULA, "while (never_set == 0) {\n        }\n        " + FORMULA),
+            (
+                "__global__",
+                "__device__ volatile int never_set = 0;\n\n__global__",
+            ),
+        ],
+        "98_scaled_add_cpu.cpp": [
+            (FORMULA, "volatile bool never_set = false;\n        while (!never_set) {\n        }\n        " + FORMULA)
+        ],
+    },
+    "compile_error": {  # a name that does not exist
+        "91_scaled_add.cu": [(FORMULA, "out[i] = alpha * x[i] + z[i];")],
+        "98_scaled_add_cpu.cpp": [(FORMULA, "out[i] = alpha * x[i] + z[i];")],
+    },
+    "wrong_grad": {  # the backward forgets alpha
+        "scaled_add_cpu_ops.py": [("return grad * ctx.alpha, grad, None", "return grad, grad, None  # forgets alpha")],
+    },
+}
+
+
+def variant(name: str, rel: str) -> Path:
+    return materialize(FIXTURE / rel, EDITS[name][rel], f"torch_ext-{name}", f"grader fixture variant `{name}`")
+
+
 GPU_SPEC = FIXTURE / "tests" / "test_91_scaled_add.py"
 CPU_SPEC = FIXTURE / "tests" / "test_98_scaled_add_cpu.py"
 KERNEL, CPU_KERNEL, CPU_OPS = "91_scaled_add.cu", "98_scaled_add_cpu.cpp", "scaled_add_cpu_ops.py"
@@ -127,8 +165,8 @@ def test_the_fixture_specs_load_and_name_files_that_exist():
     assert gpu.gpu and not cpu.gpu
     assert not gpu.register_is_students() and cpu.register_is_students()
     for name in ("wrong", "crash", "timeout", "compile_error"):
-        assert (VARIANTS / name / KERNEL).is_file() and (VARIANTS / name / CPU_KERNEL).is_file()
-    assert (VARIANTS / "wrong_grad" / CPU_OPS).is_file()
+        assert (variant(name, KERNEL)).is_file() and (variant(name, CPU_KERNEL)).is_file()
+    assert (variant("wrong_grad", CPU_OPS)).is_file()
 
 
 def _op(**kw: object) -> TorchOp:
@@ -184,23 +222,23 @@ def test_files_come_from_the_job_or_the_lab_and_each_file_set_builds_apart():
     student = {CPU_KERNEL: str(lab / CPU_KERNEL), CPU_OPS: str(lab / CPU_OPS)}
     native, register = child.graded_files(task, student)
     assert native == [lab / CPU_KERNEL, lab / "98_scaled_add_cpu_op.cpp"] and register == lab / CPU_OPS
-    wrong = {**student, CPU_KERNEL: str(VARIANTS / "wrong" / CPU_KERNEL)}
+    wrong = {**student, CPU_KERNEL: str(variant("wrong", CPU_KERNEL))}
     native_w, _ = child.graded_files(task, wrong)
-    assert native_w[0] == VARIANTS / "wrong" / CPU_KERNEL and native_w[1] == native[1], "the course's file stays"
+    assert native_w[0] == variant("wrong", CPU_KERNEL) and native_w[1] == native[1], "the course's file stays"
     here = child.build_dir(task, native, "torch x")
     assert here == child.build_dir(task, native, "torch x"), "stable: ninja finds its last build"
     assert here.parent == paths.BUILD / "torch_ext" and here.name.startswith("fixtures-98-")
     assert here != child.build_dir(task, native_w, "torch x"), "a variant builds apart"
     assert here != child.build_dir(task, native, "torch y"), "another torch builds apart"
-    _, ops_w = child.graded_files(task, {**student, CPU_OPS: str(VARIANTS / "wrong_grad" / CPU_OPS)})
-    assert ops_w == VARIANTS / "wrong_grad" / CPU_OPS, "the registration file is the student's in 98"
+    _, ops_w = child.graded_files(task, {**student, CPU_OPS: str(variant("wrong_grad", CPU_OPS))})
+    assert ops_w == variant("wrong_grad", CPU_OPS), "the registration file is the student's in 98"
     gpu = _task(GPU_SPEC)
-    _, course_ops = child.graded_files(gpu, {KERNEL: str(VARIANTS / "wrong" / KERNEL)})
+    _, course_ops = child.graded_files(gpu, {KERNEL: str(variant("wrong", KERNEL))})
     assert course_ops == FIXTURE / "scaled_add_ops.py", "and the course's in 91"
 
 
 def test_build_errors_name_the_file_and_line():
-    src = VARIANTS / "compile_error" / CPU_KERNEL
+    src = variant("compile_error", CPU_KERNEL)
     line = next(i for i, text in enumerate(src.read_text().splitlines(), 1) if "z[i]" in text)
     gcc = (
         f"Error building extension 'ext': [1/3] c++ -MMD -c {src} -o x.o\n"
@@ -210,7 +248,7 @@ def test_build_errors_name_the_file_and_line():
     )
     msg = child.build_error(gcc)
     assert msg.startswith(f"{paths.rel(src)}:{line}: error: 'z' was not declared") and "z[i]" in msg, msg
-    cu = VARIANTS / "compile_error" / KERNEL
+    cu = variant("compile_error", KERNEL)
     cu_line = next(i for i, text in enumerate(cu.read_text().splitlines(), 1) if "z[i]" in text)
     nvcc = f'[1/3] nvcc -c {cu}\nFAILED: x.cuda.o\n{cu}({cu_line}): error: identifier "z" is undefined\n'
     assert child.build_error(nvcc).startswith(f'{paths.rel(cu)}:{cu_line}: error: identifier "z" is undefined')
@@ -252,7 +290,7 @@ def test_a_machine_without_ninja_gets_an_environment_verdict_naming_the_fix(monk
 
 def test_without_a_gpu_every_cuda_variant_is_skipped_with_the_reason(monkeypatch):
     monkeypatch.setattr(toolchain, "has_gpu", lambda: False)
-    files = {"pass": {}, **{v: {KERNEL: VARIANTS / v / KERNEL} for v in ("wrong", "crash", "timeout")}}
+    files = {"pass": {}, **{v: {KERNEL: variant(v, KERNEL)} for v in ("wrong", "crash", "timeout")}}
     results = _variants(GPU_SPEC, files)
     assert [r.verdict for r in results] == [Verdict.SKIPPED] * 4, [(r.verdict, r.message) for r in results]
     assert all("no NVIDIA GPU" in r.message for r in results)
@@ -263,15 +301,15 @@ def test_without_a_gpu_every_cuda_variant_is_skipped_with_the_reason(monkeypatch
 
 CPU_VARIANTS: dict[str, tuple[dict[str, Path], Verdict, str]] = {
     "pass": ({}, Verdict.PASS, ""),
-    "wrong": ({CPU_KERNEL: VARIANTS / "wrong" / CPU_KERNEL}, Verdict.WRONG, "elements wrong"),
-    "wrong_grad": ({CPU_OPS: VARIANTS / "wrong_grad" / CPU_OPS}, Verdict.WRONG, "gradient with respect to `x`"),
+    "wrong": ({CPU_KERNEL: variant("wrong", CPU_KERNEL)}, Verdict.WRONG, "elements wrong"),
+    "wrong_grad": ({CPU_OPS: variant("wrong_grad", CPU_OPS)}, Verdict.WRONG, "gradient with respect to `x`"),
     "compile_error": (
-        {CPU_KERNEL: VARIANTS / "compile_error" / CPU_KERNEL},
+        {CPU_KERNEL: variant("compile_error", CPU_KERNEL)},
         Verdict.COMPILE_ERROR,
         f"compile_error/{CPU_KERNEL}:",
     ),
-    "crash": ({CPU_KERNEL: VARIANTS / "crash" / CPU_KERNEL}, Verdict.CRASH, "SIGSEGV"),
-    "timeout": ({CPU_KERNEL: VARIANTS / "timeout" / CPU_KERNEL}, Verdict.TIMEOUT, "fixture_ext_cpu::scaled_add, case"),
+    "crash": ({CPU_KERNEL: variant("crash", CPU_KERNEL)}, Verdict.CRASH, "SIGSEGV"),
+    "timeout": ({CPU_KERNEL: variant("timeout", CPU_KERNEL)}, Verdict.TIMEOUT, "fixture_ext_cpu::scaled_add, case"),
 }
 
 
@@ -325,7 +363,7 @@ GPU_VARIANTS: dict[str, tuple[Verdict, str]] = {
 def test_on_a_gpu_each_variant_gets_its_verdict(monkeypatch):
     _need_gpu()
     monkeypatch.delenv("GRADER_TIMEOUT", raising=False)
-    files = {name: ({KERNEL: VARIANTS / name / KERNEL} if name != "pass" else {}) for name in GPU_VARIANTS}
+    files = {name: ({KERNEL: variant(name, KERNEL)} if name != "pass" else {}) for name in GPU_VARIANTS}
     results = dict(zip(GPU_VARIANTS, _variants(GPU_SPEC, files), strict=True))
     for name, (verdict, words) in GPU_VARIANTS.items():
         r = results[name]

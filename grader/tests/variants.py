@@ -1,0 +1,28 @@
+"""Broken variants written as edits to a working file, the way `lab1/solutions/broken.py` keeps
+lab 1's: an edit that no longer applies fails loudly instead of grading a stale copy."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from grader import paths
+
+Edits = Sequence[tuple[str, str]]  # (text in the working file, what replaces it)
+
+
+def materialize(base: Path, edits: Edits, name: str, why: str) -> Path:
+    """`base` with `edits` applied, written under .build/variants/<name>/ with the same file name
+    and a first line that says what is broken."""
+    text = base.read_text()
+    for old, new in edits:
+        assert old in text, f"{name}: the edit no longer applies to {paths.rel(base)}: {old!r}"
+        text = text.replace(old, new)
+    mark = "#" if base.suffix == ".py" else "//"
+    out = paths.BUILD / "variants" / name / base.name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not text.startswith(("#!", '"""')) or base.suffix != ".py":
+        text = f"{mark} BROKEN ON PURPOSE ({why})\n{text}"
+    if not out.exists() or out.read_text() != text:  # unchanged files keep their build caches warm
+        out.write_text(text)
+    return out
