@@ -49,8 +49,8 @@ EDITS = {
         "91_scaled_add.cu": [
             (FORMULA, "while (never_set == 0) {\n        }\n        " + FORMULA),
             (
-                "__global__",
-                "__device__ volatile int never_set = 0;\n\n__global__",
+                "template <typename T>\n__global__",
+                "__device__ volatile int never_set = 0;\n\ntemplate <typename T>\n__global__",
             ),
         ],
         "98_scaled_add_cpu.cpp": [
