@@ -9,6 +9,8 @@ ARGS    ?=
 OUT     ?= grade-results
 DEST    ?=
 SOLUTIONS ?=
+SUB     ?=
+SUBS    ?=
 
 # third-party pytest plugins a shared Python may carry cost startup time and add nothing here
 export PYTEST_DISABLE_PLUGIN_AUTOLOAD := 1
@@ -17,7 +19,7 @@ export PYTEST_DISABLE_PLUGIN_AUTOLOAD := 1
 GRADE_OPTS := -q --no-header -p no:cacheprovider -rfEs $(if $(TASK),--task=$(TASK)) $(if $(SOLUTIONS),--solutions) $(ARGS)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup doctor check verify grade bench-grader skeletons release lint clean
+.PHONY: help setup doctor check verify grade grade-submission gradebook bench-grader skeletons release lint clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_%-]+:.*## / {name = $$1; sub(/%/, "N", name); printf "  %-16s %s\n", name, $$2}' $(MAKEFILE_LIST)
@@ -70,6 +72,14 @@ bench-grader: $(STAMP) ## time the edit-and-retest loop against torch's load_inl
 
 skeletons: $(STAMP) ## regenerate the student files (.cu, .py, .ipynb) from labN/solutions/
 	$(PY) -m grader skeletons
+
+grade-submission: $(STAMP) ## instructors: grade one student's work: make grade-submission SUB=path-or-git-url [OUT=dir]
+	@test -n "$(SUB)" || { echo "usage: make grade-submission SUB=path-or-git-url [OUT=dir]"; exit 2; }
+	$(PY) -m grader submission $(SUB) --out $(OUT)
+
+gradebook: $(STAMP) ## instructors: grade a folder of submissions into OUT/gradebook.csv: make gradebook SUBS=dir
+	@test -n "$(SUBS)" || { echo "usage: make gradebook SUBS=dir-of-submissions [OUT=dir] [ARGS='--only NAME']"; exit 2; }
+	$(PY) -m grader gradebook $(SUBS) --out $(OUT) $(ARGS)
 
 release: $(STAMP) ## export a student tree without solutions: make release DEST=../student-release
 	@test -n "$(DEST)" || { echo "usage: make release DEST=../student-release"; exit 2; }

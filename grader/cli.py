@@ -1,4 +1,4 @@
-"""The grader's commands: python -m grader {verify,skeletons,release,doctor,bench,profile}."""
+"""The grader's commands: python -m grader {verify,skeletons,release,doctor,bench,profile,submission,gradebook}."""
 
 from __future__ import annotations
 
@@ -36,6 +36,18 @@ def main(argv: list[str] | None = None) -> int:
     pr = sub.add_parser("profile", help="Nsight Compute summary of one task's timing case")
     pr.add_argument("task", help="e.g. lab1/03")
     pr.add_argument("--solutions", action="store_true", help="profile the reference solution")
+    sb = sub.add_parser("submission", help="grade one student's submission with this grader (only their files count)")
+    sb.add_argument("origin", help="a folder, a .zip or .tar.gz, or a git URL")
+    sb.add_argument("--out", type=Path, default=Path("grade-results"), help="results go to OUT/<name>/")
+    sb.add_argument("--name", default="", help="the student's name (default: from the origin)")
+    gb = sub.add_parser("gradebook", help="grade a folder of submissions into OUT/gradebook.csv (resumes)")
+    gb.add_argument("folder", type=Path, help="one folder, archive or git repository per student")
+    gb.add_argument("--out", type=Path, default=Path("grade-results"))
+    gb.add_argument("--only", default="", help="regrade this student only")
+    gb.add_argument("--fresh", action="store_true", help="regrade everyone, even unchanged submissions")
+    for q in (sb, gb):
+        q.add_argument("--timing", choices=["off", "quick", "bench"], default="bench")
+        q.add_argument("--sanitize", action="store_true", help="also compute-sanitizer")
     a = p.parse_args(argv)
 
     if a.cmd == "verify":
@@ -67,6 +79,23 @@ def main(argv: list[str] | None = None) -> int:
         from grader.instructor.bench import bench
 
         return bench(a.lab, a.task, a.solutions, a.readme, say, placeholder=a.placeholder)
+    if a.cmd in ("submission", "gradebook"):
+        from grader.instructor import gradebook
+        from grader.instructor.submissions import SubmissionError
+        from grader.parent.runner import Options
+        from grader.tasks import catalogue
+
+        opts = Options(timing=a.timing, sanitize=a.sanitize)
+        if a.cmd == "gradebook":
+            return gradebook.gradebook(a.folder, a.out, opts, say, only=a.only, fresh=a.fresh)
+        name = a.name or gradebook.student_name(Path(a.origin.rstrip("/")))
+        try:
+            g = gradebook.grade_one(a.origin, name, a.out, opts, catalogue.all_tasks())
+        except SubmissionError as e:
+            say(f"error: {e}")
+            return 2
+        say(f"{name}: {sum(r.points for r in g.results):g} points; report: {a.out / name / 'summary.md'}")
+        return 0
     if a.cmd == "release":
         from grader.instructor.release import release
 
