@@ -70,11 +70,13 @@ def test_task_file_header_and_todo_tags(item):
     assert all(r.hint for r in regions), "every TODO begin line carries a hint"
 
 
-@pytest.mark.parametrize("item", [i for i in _task_files() if i[1].suffix == ".py"], ids=_ids)
-def test_python_skeleton_is_valid_python(item):
+def test_python_skeletons_are_valid_python():
     """A region that is a whole body must keep a stub line (`#~ raise NotImplementedError`)."""
-    _, student = item
-    compile(student.read_text(), paths.rel(student), "exec")
+    students = [student for _, student in _task_files() if student.suffix == ".py"]
+    if not students:
+        pytest.skip("no Python task files in the labs yet (the kind is tested on its fixture)")
+    for student in students:
+        compile(student.read_text(), paths.rel(student), "exec")
 
 
 @pytest.mark.parametrize("item", _task_files(), ids=_ids)
