@@ -44,12 +44,15 @@ def bench(
     placeholder: bool = False,
 ) -> int:
     folder = lab_dir(lab)
-    if not (folder / "tests").is_dir():
-        say(f"no lab {lab!r} here (expected {paths.rel(folder)}/tests)")
+    if not folder.is_dir():
+        say(f"no lab {lab!r} here (expected a folder {paths.rel(folder)})")
         return 2
     tasks = catalogue.select(catalogue.lab_tasks(folder), selectors)
+    if not tasks and not selectors:  # like `make test-labN` on a lab still to be written
+        say(f"{lab} has no tasks yet: see {paths.rel(folder / 'README.md')}")
+        return 0
     if not tasks:
-        say(f"no task of {lab} matches {selectors!r}" if selectors else f"{lab} has no tasks yet")
+        say(f"no task of {lab} matches {selectors!r}")
         return 2
     readme = readme or folder / "README.md"
     with_ladder = ladders.laddered(tasks)
