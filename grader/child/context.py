@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from grader.child.ffi import EntryPoint, Library
-from grader.records import CheckFailure, Verdict
-from grader.tasks.spec import Task
+from grader.records import CheckFailure, ChildJob, Verdict
+from grader.tasks.spec import Case, Task
 
 
 def seed_for(task: Task, label: str, draw: int = 0) -> int:
@@ -52,3 +53,8 @@ def returned_error(lib: Library, symbol: str, rc: int, case: str) -> str:
     name = lib.error_name(rc)
     hint = _HINTS.get(name)
     return f"{symbol} returned {name} ({rc}) for {case}" + (f": {hint}" if hint else "")
+
+
+def chosen_cases(cases: Sequence[Case], job: ChildJob) -> list[Case]:
+    """The cases a job runs: the sanitizer only the small ones; the huge ones only when asked for."""
+    return [c for c in cases if (c.small or not job.sanitize) and (job.huge or not c.huge)]

@@ -7,17 +7,17 @@ the two runs must agree bit for bit.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grader.child import timing
 from grader.child.buffers import Guarded, bits, guarded
 from grader.child.compare import judge
-from grader.child.context import RunContext, returned_error, seed_for
+from grader.child.context import RunContext, chosen_cases, returned_error, seed_for
 from grader.child.ffi import EntryPoint, HarnessError, Library
 from grader.records import CaseRecord, CheckFailure, ChildJob, DeviceInfo, Timing, Verdict
-from grader.tasks.spec import Buffer, Case, CudaTask, Entry, Rng, clone_values
+from grader.tasks.spec import Buffer, Case, CudaTask, Entry, Rng, Values, clone_values
 
 if TYPE_CHECKING:
     from grader.child.__main__ import Recorder
@@ -79,15 +79,22 @@ def check_outputs(task: CudaTask, entry: Entry, outs: dict[str, Guarded], expect
             raise CheckFailure(Verdict.WRONG, f"{where}: {report}")
 
 
+def seeded_inputs(task: CudaTask, entries: Sequence[Entry], case: Case, draw: int = 0) -> Values:
+    """One seeded draw of the case's inputs, made on the GPU; host arguments moved to the CPU."""
+    inputs = task.make_inputs(case.params, Rng(seed_for(task, case.label, draw), "cuda"))
+    for e in entries:
+        for arg in e.buffers("in") + e.buffers("inout"):
+            if arg.host:
+                inputs[arg.name] = inputs[arg.name].cpu().contiguous()
+    return inputs
+
+
 def inputs_and_reference(
     task: CudaTask, entry: Entry, case: Case, draw: int = 0
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The case's seeded inputs (host arguments moved to the CPU) and the reference computed on
     clones of them, before any student code runs."""
-    inputs = task.make_inputs(case.params, Rng(seed_for(task, case.label, draw), "cuda"))
-    for arg in entry.buffers("in") + entry.buffers("inout"):
-        if arg.host:
-            inputs[arg.name] = inputs[arg.name].cpu().contiguous()
+    inputs = seeded_inputs(task, [entry], case, draw)
     # a huge case has no room for clones; references are pure functions of their inputs anyway
     return inputs, entry.reference(inputs if case.huge else clone_values(inputs))
 
@@ -210,11 +217,6 @@ def device_info() -> DeviceInfo:
     )
 
 
-def chosen_cases(task: CudaTask, job: ChildJob) -> list[Case]:
-    """The sanitizer runs only the small cases; the huge ones run only when asked for."""
-    return [c for c in task.cases if (c.small or not job.sanitize) and (job.huge or not c.huge)]
-
-
 def run(task: CudaTask, job: ChildJob, rec: Recorder) -> None:
     import torch
 
@@ -236,7 +238,7 @@ def run(task: CudaTask, job: ChildJob, rec: Recorder) -> None:
         for check in task.checks:
             rec.set(phase=f"check {check.__name__}")
             check(ctx)
-        for case in chosen_cases(task, job):
+        for case in chosen_cases(task.cases, job):
             draws = task.seeds if case.small and not job.sanitize else 1
             for entry in task.entries:
                 for draw in range(draws):

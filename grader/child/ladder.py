@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from grader.child import timing
 from grader.child.buffers import PREFILL, Guarded, bits
-from grader.child.context import returned_error, seed_for
-from grader.child.cudalib import check_outputs, prepare, stream_failure
+from grader.child.context import returned_error
+from grader.child.cudalib import check_outputs, prepare, seeded_inputs, stream_failure
 from grader.child.ffi import EntryPoint
 from grader.records import CheckFailure, Timing, Verdict
-from grader.tasks.spec import Case, CudaTask, Entry, Rng, Scalar, Values, clone_values
+from grader.tasks.spec import Case, CudaTask, Entry, Scalar, Values, clone_values
 
 if TYPE_CHECKING:
     import torch
@@ -51,11 +51,7 @@ class Dataset:
 
 
 def draw(task: CudaTask, entries: Sequence[Entry], case: Case, k: int) -> Dataset:
-    inputs = task.make_inputs(case.params, Rng(seed_for(task, case.label, k), "cuda"))
-    for e in entries:
-        for arg in e.buffers("in") + e.buffers("inout"):
-            if arg.host:
-                inputs[arg.name] = inputs[arg.name].cpu().contiguous()
+    inputs = seeded_inputs(task, entries, case, k)
     expected: dict[str, Values] = {}
     bounds: dict[str, dict[str, timing.Bounds]] = {}
     by_reference: dict[int, Values] = {}  # rungs of one operation usually share their reference

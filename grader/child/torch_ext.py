@@ -37,7 +37,7 @@ from grader import paths, toolchain
 from grader.build.nvcc import environment_problem, first_error
 from grader.child import timing
 from grader.child.compare import judge
-from grader.child.context import seed_for
+from grader.child.context import chosen_cases, seed_for
 from grader.records import CaseRecord, CheckFailure, ChildJob, Timing, Verdict
 from grader.tasks.spec import Case, Rng
 from grader.tasks.torch_ext import TorchExtensionTask, TorchOp
@@ -672,11 +672,6 @@ def time_op(
 # --- the task ----------------------------------------------------------------------------------
 
 
-def chosen_cases(task: TorchExtensionTask, job: ChildJob) -> list[Case]:
-    """The sanitizer runs only the small cases; the huge ones run only when asked for."""
-    return [c for c in task.cases if (c.small or not job.sanitize) and (job.huge or not c.huge)]
-
-
 def run(task: TorchExtensionTask, job: ChildJob, rec: Recorder) -> None:
     import torch
 
@@ -703,7 +698,7 @@ def run(task: TorchExtensionTask, job: ChildJob, rec: Recorder) -> None:
     fns = {op.name: resolve(op) for op in task.ops}
     report = rec.report
     try:
-        for case in chosen_cases(task, job):
+        for case in chosen_cases(task.cases, job):
             draws = task.seeds if case.small and not job.sanitize else 1
             for op in task.ops:
                 for draw in range(draws):
