@@ -78,7 +78,7 @@ grade-submission: $(STAMP) ## instructors: grade one student's work: make grade-
 	$(PY) -m grader submission $(SUB) --out $(OUT)
 
 gradebook: $(STAMP) ## instructors: grade a folder of submissions into OUT/gradebook.csv: make gradebook SUBS=dir
-	@test -n "$(SUBS)" || { echo "usage: make gradebook SUBS=dir-of-submissions [OUT=dir] [ARGS='--only NAME']"; exit 2; }
+	@test -n "$(SUBS)" || { echo "usage: make gradebook SUBS=dir-of-submissions [OUT=dir] [ARGS='--only NAME | --gpus 0,1 | --shard I/N | --slurm N | --collect']"; exit 2; }
 	$(PY) -m grader gradebook $(SUBS) --out $(OUT) $(ARGS)
 
 release: $(STAMP) ## export a student tree without solutions: make release DEST=../student-release

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -23,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--check", action="store_true", help="only report files that differ")
     r = sub.add_parser("release", help="export a student tree without solutions")
     r.add_argument("dest", type=Path)
+    r.add_argument("--grader-repo", default=None, help="owner/name of this repository on GitHub (default: origin's)")
     b = sub.add_parser("bench", help="time a lab carefully; write its ladder tables and plots into its README")
     b.add_argument("lab", help="e.g. lab2 (or a lab-shaped folder)")
     b.add_argument("--task", default="", help="only these tasks: 04 or 01,04")
@@ -40,11 +42,22 @@ def main(argv: list[str] | None = None) -> int:
     sb.add_argument("origin", help="a folder, a .zip or .tar.gz, or a git URL")
     sb.add_argument("--out", type=Path, default=Path("grade-results"), help="results go to OUT/<name>/")
     sb.add_argument("--name", default="", help="the student's name (default: from the origin)")
+    sb.add_argument(
+        "--classroom",
+        action="store_true",
+        help="also write classroom.json and, in GitHub Actions, the step output `result` and the points notice "
+        "that GitHub Classroom's autograding reporter reads",
+    )
     gb = sub.add_parser("gradebook", help="grade a folder of submissions into OUT/gradebook.csv (resumes)")
     gb.add_argument("folder", type=Path, help="one folder, archive or git repository per student")
     gb.add_argument("--out", type=Path, default=Path("grade-results"))
     gb.add_argument("--only", default="", help="regrade this student only")
     gb.add_argument("--fresh", action="store_true", help="regrade everyone, even unchanged submissions")
+    gb.add_argument("--gpus", default="all", help="one worker per GPU: all (those this process may use), or ids: 0,1")
+    mode = gb.add_mutually_exclusive_group()
+    mode.add_argument("--shard", type=_shard, metavar="I/N", help="grade every N-th submission from the I-th (0-based)")
+    mode.add_argument("--collect", action="store_true", help="only rebuild OUT/gradebook.csv from what shards graded")
+    mode.add_argument("--slurm", type=_count, metavar="N", help="only write OUT/grade.sbatch: N shards on Slurm")
     for q in (sb, gb):
         q.add_argument("--timing", choices=["off", "quick", "bench"], default="bench")
         q.add_argument("--sanitize", action="store_true", help="also compute-sanitizer")
@@ -85,28 +98,68 @@ def main(argv: list[str] | None = None) -> int:
         from grader.parent.runner import Options
         from grader.tasks import catalogue
 
-        opts = Options(timing=a.timing, sanitize=a.sanitize)
+        # code written by students: its build and its run in the sandbox (grader/parent/sandbox.py)
+        opts = Options(timing=a.timing, sanitize=a.sanitize, sandbox=True)
         if a.cmd == "gradebook":
-            return gradebook.gradebook(a.folder, a.out, opts, say, only=a.only, fresh=a.fresh)
+            if not a.folder.is_dir():
+                say(f"error: {a.folder} is not a folder of submissions")
+                return 2
+            if a.collect:
+                return gradebook.collect(a.folder, a.out, say)
+            if a.slurm:
+                return gradebook.slurm(a.folder, a.out, a.slurm, opts, say, only=a.only, fresh=a.fresh)
+            try:
+                gpus = gradebook.worker_gpus(a.gpus)
+            except ValueError as e:
+                say(f"error: {e}")
+                return 2
+            return gradebook.gradebook(a.folder, a.out, opts, say, only=a.only, fresh=a.fresh, gpus=gpus, shard=a.shard)
         name = a.name or gradebook.student_name(Path(a.origin.rstrip("/")))
         try:
             g = gradebook.grade_one(a.origin, name, a.out, opts, catalogue.all_tasks())
         except SubmissionError as e:
             say(f"error: {e}")
             return 2
-        say(f"{name}: {sum(r.points for r in g.results):g} points; report: {a.out / name / 'summary.md'}")
+        points, most = sum(r.points for r in g.results), sum(r.max_points for r in g.results)
+        say(f"{name}: {points:g} points; report: {a.out / name / 'summary.md'}")
+        if a.classroom:
+            from grader.report import classroom
+
+            github_output = os.environ.get("GITHUB_OUTPUT")
+            classroom.write(g.results, a.out / name, Path(github_output) if github_output else None)
+            if os.environ.get("GITHUB_ACTIONS") == "true":  # the annotation the reporter would make
+                say(f"::notice title=Autograding complete::Points {points:g}/{most:g}")
         return 0
     if a.cmd == "release":
         from grader.instructor.release import release
 
         try:
-            copied = release(a.dest)
+            copied = release(a.dest, grader_repo=a.grader_repo)
         except ValueError as e:
             say(f"error: {e}")
             return 2
         say(f"released {len(copied)} files to {a.dest} (no solutions); check it with: cd {a.dest} && make check")
+        say(f"its grading workflow takes the grader from {copied.grader_repo} at {copied.grader_ref}")
+        for note in copied.notes:
+            say(f"note: {note}")
         return 0
     return 2
+
+
+def _shard(text: str) -> tuple[int, int]:
+    """--shard I/N, as a Slurm array index or a CI matrix value fills it in."""
+    from grader.instructor.gradebook import parse_shard
+
+    try:
+        return parse_shard(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of shards, 1 or more")
+    return int(text)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Typed records shared by the grading process and the task process, and what a grade says.
 
-The task process (grader/child) writes a `ChildReport` to a JSON file as it goes; the grading
-process (grader/parent) reads it back with `ChildReport.load`. Both sides use these classes, so
+The task process (grader/child) sends a `ChildReport` as it goes, over a signed pipe (or to a
+file, for a profiler's run); the grading process (grader/parent) reads it back. Both sides use these classes, so
 a field is spelt once. `TaskResult` is what the runner yields per task, points included.
 """
 
@@ -131,6 +131,7 @@ class ChildReport:
     tests: list[TestOutcome] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     device: DeviceInfo | None = None
+    sandbox: list[str] = field(default_factory=list)  # what the sandbox held, when the task ran in one
 
     def dump(self, path: Path) -> None:
         tmp = path.with_suffix(".tmp")
@@ -141,8 +142,15 @@ class ChildReport:
     def load(cls, path: Path) -> ChildReport:
         """The report at `path`; an empty one when the child never wrote it (or wrote garbage)."""
         try:
-            return from_jsonable(cls, json.loads(path.read_text()))
-        except (OSError, ValueError, TypeError, KeyError):
+            return cls.from_json(path.read_text())
+        except OSError:
+            return cls()
+
+    @classmethod
+    def from_json(cls, text: str) -> ChildReport:
+        try:
+            return from_jsonable(cls, json.loads(text))
+        except (ValueError, TypeError, KeyError):
             return cls()
 
 
@@ -159,6 +167,7 @@ class ChildJob:
     huge: bool = False  # also the cases past 2^31 elements
     variant: str = "student"  # student | solution | a broken variant's name: keeps build caches apart
     profile: bool = False  # each entry point once on the timing case, for a profiler (grader/child/profiling.py)
+    seed: str = ""  # this task's key (grader/child/context.py): the secret seed never reaches the task process
 
     def to_line(self) -> str:
         return json.dumps(to_jsonable(self)) + "\n"
@@ -182,6 +191,7 @@ class TaskResult:
     kernels: list[KernelResources] = field(default_factory=list)
     sanitizer: list[SanitizerRun] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    sandbox: list[str] = field(default_factory=list)  # what held, when it ran in the sandbox
     seconds: float = 0.0
     points: float = 0.0
     max_points: float = 0.0

@@ -31,7 +31,7 @@ import shlex
 import shutil
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,6 +40,8 @@ from grader import paths, toolchain
 from grader.build import packages
 from grader.build.ptxas import PtxFacts, demangle, parse_entries, parse_ptx
 from grader.records import KernelResources, Verdict
+
+Confine = Callable[[Path], list[str]]  # a unit's folder -> the command prefix that sandboxes a step
 
 if TYPE_CHECKING:
     from grader.tasks.spec import CudaTask
@@ -361,12 +363,16 @@ def _facts_from(record: dict) -> BuildFacts:
 
 
 def build_all(
-    units: Sequence[BuildUnit | Path], arch: str | None = None, jobs: int | None = None
+    units: Sequence[BuildUnit | Path],
+    arch: str | None = None,
+    jobs: int | None = None,
+    confine: Confine | None = None,
 ) -> dict[BuildUnit | Path, BuildResult]:
     """Builds every unit not built before and returns a result per unit (a bare Path is one file
     on its own, keyed by that Path). A unit that cannot be tried here (a missing library or header
     wheel, a refused flag) gets a failed result with its verdict; no nvcc at all raises
-    ToolchainError, since no unit can be built."""
+    ToolchainError, since no unit can be built. `confine`, given a unit's folder, returns the
+    command that runs a build step in the sandbox (grading submissions)."""
     arch = arch or toolchain.target_arch()
     nvcc = toolchain.find_nvcc()  # every call: a machine without nvcc must never look built
     identity = _nvcc_identity(nvcc)
@@ -388,7 +394,7 @@ def build_all(
     if todo:
         start = time.perf_counter()
         plans = [plan for plan, _ in todo.values()]
-        _run_builds(plans, arch, jobs, nvcc)
+        _run_builds(plans, arch, jobs, nvcc, confine)
         elapsed = time.perf_counter() - start
         tk = _toolkit(nvcc)
         for plan, items in todo.values():
@@ -439,22 +445,27 @@ def _compiled(plan: _Plan) -> list[tuple[int, Path]]:
     return [(i, s) for i, s in enumerate(plan.unit.sources) if s.suffix in COMPILED]
 
 
-def _run_builds(plans: list[_Plan], arch: str, jobs: int | None, nvcc: Path) -> None:
+def _run_builds(plans: list[_Plan], arch: str, jobs: int | None, nvcc: Path, confine: Confine | None = None) -> None:
     steps: list[tuple[list[Path], list[Path], str]] = []  # (outputs, inputs, shell command)
     for plan in plans:
         shutil.rmtree(plan.work, ignore_errors=True)
         plan.work.mkdir(parents=True)
+        for i, _src in _compiled(plan):
+            (plan.work / str(i)).mkdir()
+        # untrusted sources: each step in the sandbox, which may write only this unit's folder
+        prefix = shlex.join(confine(plan.work)) + " /bin/sh -c " if confine else ""
+
+        def step(command: list[str], log: Path, prefix: str = prefix) -> str:
+            inner = f"{shlex.join(command)} > {shlex.quote(str(log))} 2>&1"
+            return prefix + shlex.quote(inner) if prefix else inner
+
         objects = []
         for i, src in _compiled(plan):
-            (plan.work / str(i)).mkdir()
             obj = plan.work / f"{i}.o"
-            log = plan.work / f"{i}.log"
-            cmd = f"{shlex.join(_compile_command(plan, i, src, arch, nvcc))} > {shlex.quote(str(log))} 2>&1"
-            steps.append(([obj], [src], cmd))
+            steps.append(([obj], [src], step(_compile_command(plan, i, src, arch, nvcc), plan.work / f"{i}.log")))
             objects.append(obj)
-        link_log = plan.work / "link.log"
-        cmd = f"{shlex.join(_link_command(plan, objects, arch, nvcc))} > {shlex.quote(str(link_log))} 2>&1"
-        steps.append(([plan.work / "lib.so"], objects, cmd))
+        link = step(_link_command(plan, objects, arch, nvcc), plan.work / "link.log")
+        steps.append(([plan.work / "lib.so"], objects, link))
     ninja = _ninja()
     if ninja is None or len(steps) <= 2:
         for _outputs, inputs, cmd in steps:  # in order: a unit's objects come before its link

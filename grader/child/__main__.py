@@ -2,23 +2,33 @@
 
 It is the only place where student code runs, so a crash, an illegal address or a hang ends
 this process alone; the parent turns that into a verdict and goes on with the next task. It
-starts before its job is known (torch and CUDA start up while nvcc builds), reads a `ChildJob`
-as one JSON line from stdin, and writes a `ChildReport` as it goes, so even a killed child
-leaves behind which case it was in.
+starts before its job is known (torch and CUDA start up while nvcc builds), reads its report
+key and then a `ChildJob` as JSON lines from stdin, and sends a `ChildReport` as it goes, so
+even a killed child leaves behind which case it was in.
 
-    python -m grader.child --result r.json  <<< '{"spec": ..., "sources": {...}, "lib": ...}'
+Graded runs report over a pipe (`--report-fd`), each update signed with the key, which is read
+before any student code is loaded (grader/parent/isolation.py checks the signatures). A
+profiler's run, which grades nothing, writes its report to a file instead (`--result`).
+
+    python -m grader.child --report-fd 5  <<< 'KEY-HEX\n{"spec": ..., "sources": {...}, "lib": ...}'
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import hashlib
+import hmac
 import importlib
+import json
+import os
 import sys
 import traceback
 from pathlib import Path
 from typing import Any
 
-from grader.records import CheckFailure, ChildJob, ChildReport, Verdict
+from grader.child import context
+from grader.records import CheckFailure, ChildJob, ChildReport, Verdict, to_jsonable
 from grader.tasks.catalogue import load_task
 
 # which module runs which kind of task (each exposes run(task, job, rec))
@@ -31,10 +41,11 @@ RUNNERS = {
 
 
 class Recorder:
-    """The report on disk, rewritten at every step."""
+    """The report, sent again at every step: a signed line on the report pipe, or a file."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, scratch: Path, path: Path | None = None, fd: int | None = None, key: bytes = b"") -> None:
+        self.scratch = scratch  # this task's folder for files of its own (removed by the grading process)
+        self.path, self.fd, self._key = path, fd, key
         self.report = ChildReport()
 
     def set(self, **kw: Any) -> None:
@@ -43,7 +54,15 @@ class Recorder:
         self.flush()
 
     def flush(self) -> None:
-        self.report.dump(self.path)
+        if self.fd is None:
+            assert self.path is not None
+            self.report.dump(self.path)
+            return
+        payload = json.dumps(to_jsonable(self.report))
+        line = (hmac.new(self._key, payload.encode(), hashlib.sha256).hexdigest() + " " + payload + "\n").encode()
+        view = memoryview(line)
+        while view:
+            view = view[os.write(self.fd, view) :]
 
 
 def warm_up() -> None:
@@ -56,10 +75,20 @@ def warm_up() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m grader.child")
-    p.add_argument("--result", type=Path, required=True)
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--report-fd", type=int, help="the report pipe; its key is the first line on stdin")
+    where.add_argument("--result", type=Path, help="write the report to this file (a profiler's run)")
     p.add_argument("--job", type=Path, help="the job as a JSON file (default: one line on stdin)")
+    p.add_argument("--scratch", type=Path, help="a folder for the task's own files (default: beside --result)")
     a = p.parse_args(argv)
-    rec = Recorder(a.result)
+    scratch = a.scratch or (a.result.parent if a.result else Path.cwd())
+    scratch.mkdir(parents=True, exist_ok=True)
+    if a.report_fd is not None:
+        rec = Recorder(scratch, fd=a.report_fd, key=bytes.fromhex(sys.stdin.readline().strip()))
+        os.set_inheritable(a.report_fd, False)  # student processes started later do not get it
+    else:
+        rec = Recorder(scratch, path=a.result)
+    rec.report.sandbox = json.loads(os.environ.pop("GRADER_SANDBOX_HELD", "[]"))
     rec.flush()
     if a.job is not None:
         line = a.job.read_text()
@@ -71,10 +100,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         job = ChildJob.from_line(line)
         task = load_task(Path(job.spec))
+        if job.seed:
+            context.use_key(task.task_id, job.seed)
         runner = importlib.import_module("grader.child.profiling" if job.profile else RUNNERS[task.kind])
         runner.run(task, job, rec)
     except CheckFailure as f:
         rec.set(verdict=f.verdict, message=f.message)
+    except OSError as e:
+        if e.errno != errno.EFBIG:  # the sandbox's limit on one file (stdout included): the code's doing
+            rec.set(verdict=Verdict.GRADER_ERROR, message=traceback.format_exc())
+            return 3
+        rec.set(
+            verdict=Verdict.CRASH,
+            message=f"stopped in {rec.report.phase}: the code wrote more than the sandbox allows into one file "
+            "(its output counts): is something printing in a loop?",
+        )
     except Exception:
         rec.set(verdict=Verdict.GRADER_ERROR, message=traceback.format_exc())
         return 3

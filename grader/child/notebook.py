@@ -99,8 +99,8 @@ async def execute(task: NotebookTask, nb: Any, checks: list[NotebookCheck], rec:
     )
     rec.set(phase="starting the notebook's kernel")
     # the kernel's own stdout and stderr (native code's prints, a fatal error) go to a log beside the
-    # report: quoted when the kernel dies, and gone with the grading process's scratch folder
-    log = rec.path.with_suffix(".kernel.log")
+    # report: quoted when the kernel dies, and gone with the task's scratch folder
+    log = rec.scratch / "kernel.log"
     with open(log, "wb") as sink:
         async with client.async_setup_kernel(stdout=sink, stderr=sink):
             return await _cells(task, client, nb, checks, rec, log)

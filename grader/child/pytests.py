@@ -175,8 +175,8 @@ def verdict(tests: list[TestOutcome]) -> tuple[Verdict, str]:
 
 
 def run(task: PythonTask, job: ChildJob, rec: Recorder) -> None:
-    # the report's folder is the grading process's scratch: it goes even if this process is killed
-    stage_dir = Path(tempfile.mkdtemp(prefix="stage-", dir=rec.path.parent))
+    # the task's scratch folder: the grading process removes it even if this process is killed
+    stage_dir = Path(tempfile.mkdtemp(prefix="stage-", dir=rec.scratch))
     try:
         rec.set(phase="staging the package")
         stage(task, job.sources, stage_dir)

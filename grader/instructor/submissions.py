@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader import paths
+from grader.parent import sandbox
 from grader.tasks import catalogue
 from grader.tasks.spec import Task
 
@@ -127,18 +128,38 @@ def intake(origin: str, name: str, scratch: Path) -> Submission:
     sub = Submission(name=name, root=root, origin=origin, commit=commit)
     owned = owned_files()
     present = _files(root)
+    # what is graded is a copy of the owned files, made here: the student's tree is never read
+    # again, and the sandbox's user can read the copies (grader/parent/sandbox.py)
+    taken = scratch / "graded"
     for rel in sorted(owned):
-        if rel in present:
-            sub.owned[rel] = root / rel
-        else:
+        if rel not in present:
             sub.missing.append(rel)
+        elif _linked(root, rel):
+            sub.missing.append(rel)
+            sub.ignored.append(f"{rel} is a symbolic link (or lies under one): not graded, only plain files are")
+        else:
+            (taken / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(root / rel, taken / rel)
+            sub.owned[rel] = taken / rel
     for rel in sorted(present - owned):
         mine = paths.ROOT / rel
         if not mine.is_file():
             sub.ignored.append(f"added {rel}: ignored")
-        elif mine.read_bytes() != (root / rel).read_bytes():
+        elif _linked(root, rel) or mine.read_bytes() != (root / rel).read_bytes():
             sub.ignored.append(f"changed {rel}: ignored")
+    sandbox.share_for_reading(scratch)
     return sub
+
+
+def _linked(root: Path, rel: str) -> bool:
+    """Whether a path of the submission is, or passes through, a symbolic link: one could point
+    at the instructor's solutions or at a secret, which the grader would then read as its own."""
+    p = root
+    for part in Path(rel).parts:
+        p = p / part
+        if p.is_symlink():
+            return True
+    return False
 
 
 def clear(scratch: Path) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from grader import paths
+from grader.parent import sandbox
 
 IDLE_SECONDS = 900
 
@@ -53,7 +54,9 @@ def enabled() -> bool:
 
 
 def socket_path() -> Path:
-    h = hashlib.sha256(sys.executable.encode())
+    """One server per user, interpreter, grader version and set of visible GPUs (so that the
+    workers of a batch, one per GPU, each have their own)."""
+    h = hashlib.sha256(sys.executable.encode() + os.environ.get("CUDA_VISIBLE_DEVICES", "*").encode())
     for f in sorted((paths.ROOT / "grader").rglob("*.py")):
         h.update(str(f.relative_to(paths.ROOT)).encode() + f.read_bytes())
     return Path(tempfile.gettempdir()) / f"cuda-course-{os.getuid()}-{h.hexdigest()[:12]}.sock"
@@ -84,14 +87,30 @@ def start_in_background(env: dict[str, str]) -> None:
         )
 
 
-def request(sock: socket.socket, argv: list[str], env: dict[str, str], stdout: Path, stderr: Path) -> int:
+def request(
+    sock: socket.socket,
+    argv: list[str],
+    env: dict[str, str],
+    stdout: Path,
+    stderr: Path,
+    report_fd: int,
+    policy: sandbox.Policy | None = None,
+) -> int:
     """Asks for one child; returns its pid. Its exit status arrives later on the same socket.
 
     The child's stdin is this socket, so a child started before the build has finished reads its
-    job from whatever the client sends next.
+    job from whatever the client sends next. Its report pipe travels with the request (SCM_RIGHTS).
     """
-    msg = {"argv": argv, "env": env, "stdout": str(stdout), "stderr": str(stderr)}
-    sock.sendall(json.dumps(msg).encode() + b"\n")
+    msg = {
+        "argv": argv,
+        "env": env,
+        "stdout": str(stdout),
+        "stderr": str(stderr),
+        "sandbox": policy.to_json() if policy else None,
+    }
+    data = json.dumps(msg).encode() + b"\n"
+    sent = socket.send_fds(sock, [data], [report_fd])
+    sock.sendall(data[sent:])
     return int(_read_line(sock)["pid"])
 
 
@@ -111,10 +130,24 @@ def _read_line(sock: socket.socket) -> dict[str, Any]:
     return json.loads(buf)
 
 
+def _read_request(conn: socket.socket) -> tuple[dict[str, Any], int]:
+    buf, fds, _, _ = socket.recv_fds(conn, 1 << 16, 1)
+    if len(fds) != 1:
+        raise ValueError("a request without its report pipe")
+    while not buf.endswith(b"\n"):
+        chunk = conn.recv(1 << 16)
+        if not chunk:
+            raise ConnectionError("the client went away mid-request")
+        buf += chunk
+    return json.loads(buf), fds[0]
+
+
 def _serve_one(conn: socket.socket, listener: socket.socket) -> None:
     from grader.child.__main__ import main as child_main
 
-    req = _read_line(conn)
+    req, report_fd = _read_request(conn)
+    argv = list(req["argv"])
+    argv[argv.index("--report-fd") + 1] = str(report_fd)  # its number here, not in the client
     pid = os.fork()
     if pid == 0:  # the task process
         code = 3
@@ -128,14 +161,23 @@ def _serve_one(conn: socket.socket, listener: socket.socket) -> None:
             os.dup2(conn.fileno(), 0)
             os.environ.clear()
             os.environ.update(req["env"])
+            tempfile.tempdir = None  # read TMPDIR again: the server's own is cached
             sys.stdout = os.fdopen(1, "w", buffering=1)
             sys.stderr = os.fdopen(2, "w", buffering=1)
-            code = child_main(req["argv"])
+            if req.get("sandbox"):
+                try:
+                    held = sandbox.enter(sandbox.Policy.from_json(req["sandbox"]))
+                except sandbox.SandboxError as e:
+                    print(f"sandbox: {e}", file=sys.stderr)
+                    os._exit(4)
+                os.environ["GRADER_SANDBOX_HELD"] = json.dumps(held)
+            code = child_main(argv)
         except BaseException:  # os._exit skips the usual traceback: print it for the parent to quote
             traceback.print_exc()
             sys.stderr.flush()
         finally:
             os._exit(code)
+    os.close(report_fd)  # the child has it
     conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
     _, status = os.waitpid(pid, 0)
     code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)

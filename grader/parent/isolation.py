@@ -1,25 +1,37 @@
-"""Running one task in a child process with a timeout.
+"""Running one task in a child process with a timeout, over a report channel it cannot forge.
 
 A child comes from the fork server when one is running (torch already imported), else it is
 started directly, before its library exists: it reads its job from stdin, so its slow torch
 import overlaps the nvcc build. On timeout the child's whole process group is killed: a hung
 kernel dies with its context, and the next task gets a healthy GPU.
+
+The child's report travels over a pipe of its own (`--report-fd`), one line per update, each
+signed with a key the child reads from stdin before any student code is loaded. Its stdout and
+stderr go to files (only their tail is read back), so printing a fake "pass" line or a fake
+JSON report achieves nothing, and lines on the pipe that do not carry the key are counted as
+forged. With a sandbox policy, the child runs inside grader/parent/sandbox.py's sandbox.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
+import secrets
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from grader import paths
-from grader.parent import forkserver
+from grader.parent import forkserver, sandbox
 from grader.records import ChildJob, ChildReport
+
+OUTPUT_READ = 4 << 20  # bytes of a child's stdout or stderr read back: the rest is cut from the middle
 
 
 @dataclass
@@ -30,13 +42,50 @@ class ChildRun:
     stderr: str
     result: ChildReport
     seconds: float
+    forged: int = 0  # lines on the report channel without the child's key: someone else wrote them
+    sandbox: list[str] | None = None  # what the sandbox held, when there was one
 
 
 def child_env() -> dict[str, str]:
-    env = dict(os.environ)
+    """The grader's environment for a task process, less the secret seed: the task process gets
+    only its task's key, in its job (grader/child/context.py)."""
+    env = {k: v for k, v in os.environ.items() if k != "GRADER_SEED"}
     env["PYTHONPATH"] = os.pathsep.join([str(paths.ROOT), *filter(None, [env.get("PYTHONPATH")])])
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
+
+
+def sign(key: bytes, payload: str) -> str:
+    return hmac.new(key, payload.encode(), hashlib.sha256).hexdigest()
+
+
+class ReportChannel:
+    """The read end of a child's report pipe: keeps the last correctly signed report."""
+
+    def __init__(self) -> None:
+        self.key = secrets.token_bytes(32)
+        self.read_fd, self.write_fd = os.pipe()
+        self.report = ChildReport()
+        self.forged = 0
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        with os.fdopen(self.read_fd, "rb") as f:
+            for raw in f:
+                mac, _, payload = raw.decode(errors="replace").rstrip("\n").partition(" ")
+                if payload and hmac.compare_digest(mac, sign(self.key, payload)):
+                    self.report = ChildReport.from_json(payload)
+                elif raw.strip():
+                    self.forged += 1
+
+    def sent(self) -> None:
+        """The child has its end: close ours, so the pipe ends when the child does."""
+        os.close(self.write_fd)
+
+    def final(self, wait: float = 2.0) -> ChildReport:
+        self._thread.join(wait)  # a process the task left behind may hold the pipe open: don't wait for it
+        return self.report
 
 
 def _kill_group(pid: int) -> None:
@@ -46,52 +95,75 @@ def _kill_group(pid: int) -> None:
         pass
 
 
+def read_capped(path: Path, limit: int = OUTPUT_READ) -> str:
+    """A child's output file, its middle cut when it is long (a student may print gigabytes)."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            if size <= limit:
+                return f.read().decode(errors="replace")
+            head = f.read(limit // 4)
+            f.seek(size - (limit - limit // 4))
+            tail = f.read()
+    except OSError:
+        return ""
+    cut = f"\n[... {size - limit} bytes of output cut ...]\n"
+    return head.decode(errors="replace") + cut + tail.decode(errors="replace")
+
+
 class Child:
-    """One task process. Give it its job with feed() (unless it got one up front), then wait()."""
+    """One task process. Give it its job with feed() (unless it got one up front), then wait().
+
+    `base` names its files (base.out, base.err); `policy`, when given, sandboxes it."""
 
     def __init__(
         self,
-        result: Path,
+        base: Path,
         job: ChildJob | None = None,
         wrapper: list[str] | None = None,
         env: dict[str, str] | None = None,
         server: socket.socket | None = None,
+        policy: sandbox.Policy | None = None,
     ) -> None:
-        self.result_path = result
-        result.parent.mkdir(parents=True, exist_ok=True)
-        result.unlink(missing_ok=True)
-        self.args = ["--result", str(result)]
-        if job is not None:  # known up front (the sanitizer's runs): no stdin hand-over
-            job_file = result.with_suffix(".job.json")
-            job_file.write_text(job.to_line())
-            self.args += ["--job", str(job_file)]
+        base.parent.mkdir(parents=True, exist_ok=True)
+        self.out, self.err = base.with_suffix(".out"), base.with_suffix(".err")
+        self.channel = ReportChannel()
+        self.args = ["--report-fd", str(self.channel.write_fd), "--scratch", str(base) + ".work"]
         self.env = env or child_env()
+        if policy is not None:
+            self.env = sandbox.scrubbed_env(self.env, policy.work)
+        self.policy = policy
         self.server = server
-        self.proc: subprocess.Popen[str] | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.pid: int | None = None
         self.started = time.perf_counter()
+        key_line = self.channel.key.hex() + "\n"
         if server is None:
-            cmd = [*(wrapper or []), sys.executable, "-m", "grader.child", *self.args]
-            self.proc = subprocess.Popen(
-                cmd,
-                cwd=paths.ROOT,
-                env=self.env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                start_new_session=True,
-            )
+            prefix = sandbox.command(policy) if policy else []
+            cmd = [*prefix, *(wrapper or []), sys.executable, "-m", "grader.child", *self.args]
+            with self.out.open("wb") as out, self.err.open("wb") as err:
+                self.proc = subprocess.Popen(
+                    cmd,
+                    cwd=paths.ROOT,
+                    env=self.env,
+                    stdin=subprocess.PIPE,
+                    stdout=out,
+                    stderr=err,
+                    pass_fds=(self.channel.write_fd,),
+                    start_new_session=True,
+                )
+            self._write(key_line)
         else:  # forked at once: it sets up CUDA while nvcc runs, then reads its job
-            out, err = result.with_suffix(".out"), result.with_suffix(".err")
-            self.pid = forkserver.request(server, self.args, self.env, out, err)
-        self._fed = job is not None
+            self.pid = forkserver.request(
+                server, self.args, self.env, self.out, self.err, self.channel.write_fd, policy
+            )
+            self._write(key_line)
+        self.channel.sent()
+        self._fed = False
+        if job is not None:  # known up front (the sanitizer's runs)
+            self.feed(job)
 
-    def feed(self, job: ChildJob | None) -> None:
-        """Hands the child its job; None tells it to exit (the build failed)."""
-        self._fed = True
-        self.started = time.perf_counter()
-        line = job.to_line() if job is not None else "\n"
+    def _write(self, line: str) -> None:
         if self.server is not None:
             try:
                 self.server.sendall(line.encode())
@@ -100,66 +172,77 @@ class Child:
             return
         assert self.proc is not None and self.proc.stdin is not None
         try:
-            self.proc.stdin.write(line)
+            self.proc.stdin.write(line.encode())
             self.proc.stdin.flush()
-        except BrokenPipeError:
+        except (BrokenPipeError, OSError):
             pass
+
+    def feed(self, job: ChildJob | None) -> None:
+        """Hands the child its job; None tells it to exit (the build failed)."""
+        self._fed = True
+        self.started = time.perf_counter()
+        self._write(job.to_line() if job is not None else "\n")
 
     def wait(self, timeout: float) -> ChildRun:
         if not self._fed:
             self.feed(None)
+        timed_out = False
+        code: int | None
         if self.server is not None:
-            return self._wait_forked(timeout)
-        assert self.proc is not None
-        timed_out = False
-        try:
-            out, err = self.proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(self.proc.pid)
-            out, err = self.proc.communicate()
-        return ChildRun(self.proc.returncode, timed_out, out, err, self._report(), time.perf_counter() - self.started)
-
-    def _wait_forked(self, timeout: float) -> ChildRun:
-        assert self.server is not None
-        timed_out = False
-        try:
-            code: int | None = forkserver.read_status(self.server, timeout)
-        except TimeoutError:
-            timed_out = True
-            _kill_group(self.pid)
             try:
-                code = forkserver.read_status(self.server, 30)
+                code = forkserver.read_status(self.server, timeout)
+            except TimeoutError:
+                timed_out = True
+                _kill_group(self.pid or 0)
+                try:
+                    code = forkserver.read_status(self.server, 30)
+                except (OSError, ConnectionError, ValueError):
+                    code = None
             except (OSError, ConnectionError, ValueError):
                 code = None
-        except (OSError, ConnectionError, ValueError):
-            code = None
-        self.server.close()
-        out = self.result_path.with_suffix(".out")
-        err = self.result_path.with_suffix(".err")
-        text = [p.read_text(errors="replace") if p.exists() else "" for p in (out, err)]
-        return ChildRun(code, timed_out, text[0], text[1], self._report(), time.perf_counter() - self.started)
-
-    def _report(self) -> ChildReport:
-        return ChildReport.load(self.result_path)
+            self.server.close()
+        else:
+            assert self.proc is not None
+            try:
+                code = self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_group(self.proc.pid)
+                code = self.proc.wait()
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        report = self.channel.final()
+        held = None
+        if self.policy is not None:
+            held = report.sandbox or None
+        return ChildRun(
+            code,
+            timed_out,
+            read_capped(self.out),
+            read_capped(self.err),
+            report,
+            time.perf_counter() - self.started,
+            forged=self.channel.forged,
+            sandbox=held,
+        )
 
     def kill(self) -> None:
         if self.proc is not None:
             _kill_group(self.proc.pid)
-            self.proc.communicate()
+            self.proc.wait()
         elif self.pid is not None:
             _kill_group(self.pid)
 
 
-def new_child(result: Path) -> Child:
+def new_child(base: Path, policy: sandbox.Policy | None = None) -> Child:
     """A task process from the fork server if one answers, else a fresh interpreter (and a fork
     server is started in the background for the next run)."""
     if forkserver.enabled():
         sock = forkserver.connect()
         if sock is not None:
-            return Child(result, server=sock)
-        forkserver.start_in_background(child_env())
-    return Child(result)
+            return Child(base, server=sock, policy=policy)
+        forkserver.start_in_background(sandbox.scrubbed_env(child_env()))
+    return Child(base, policy=policy)
 
 
 def signal_name(returncode: int | None) -> str:

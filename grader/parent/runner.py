@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader import paths, toolchain
 from grader.build.nvcc import BuildResult, BuildUnit, build_all
-from grader.parent import sanitizer, scoring
+from grader.child.context import task_key
+from grader.parent import sandbox, sanitizer, scoring
 from grader.parent.isolation import Child, ChildRun, child_env, new_child, signal_name
 from grader.parent.static_checks import check_build, check_source
 from grader.records import ChildJob, SanitizerRun, TaskResult, Verdict
@@ -35,6 +37,8 @@ class Options:
     force_run: bool = False  # run the checks even on an untouched skeleton (make verify)
     huge: bool = False  # also the cases past 2^31 elements (make grade)
     timeout: float | None = None  # overrides every task's own; None: the task's, else GRADER_TIMEOUT
+    sandbox: bool = field(default_factory=sandbox.enabled)  # untrusted code: grader/parent/sandbox.py
+    output_bytes: int = 256 << 20  # in the sandbox, the most a task may write to one file (its output too)
 
     def timeout_for(self, task: Task) -> float:
         if self.timeout is not None:
@@ -45,6 +49,20 @@ class Options:
             base = task.timeout or DEFAULT_TIMEOUT
         # cases past 2^31 elements fill tens of GB and compute their reference first
         return base * 4 if self.huge and any(c.huge for c in getattr(task, "cases", ())) else base
+
+    def policy(self, work: Path, writable: tuple[str, ...] = ()) -> sandbox.Policy | None:
+        """The sandbox for one task process or build step, or None when not sandboxing."""
+        if not self.sandbox:
+            return None
+        memory = (128 if self.huge else 32) << 30  # the cases past 2^31 elements fill tens of GB
+        return sandbox.Policy(work=str(work), writable=writable, memory_bytes=memory, file_bytes=self.output_bytes)
+
+    def confine(self, unit_folder: Path) -> list[str]:
+        """The command prefix that runs one nvcc step of a unit in the sandbox."""
+        policy = self.policy(unit_folder / "tmp", (str(unit_folder),))
+        assert policy is not None
+        sandbox.give_to_sandbox(unit_folder)
+        return sandbox.command(policy)
 
 
 Sources = dict[str, Path]  # a task's file (relative to its lab) -> the file graded in its place
@@ -117,13 +135,17 @@ def _grade(
     runnable = {t.task_id for t in tasks if t.task_id not in early and (gpu or not t.gpu)}
     cuda = [t for t in tasks if t.task_id not in early and isinstance(t, CudaTask)]
     scratch = Path(tempfile.mkdtemp(prefix="grader-"))
+    if opts.sandbox:
+        sandbox.hide_this_process()
+        os.chmod(scratch, 0o711)  # the sandbox's user reaches its own scratch folder, lists nothing
     # the first task's process starts (imports torch, or sets up CUDA when forked) while nvcc builds
-    pending = new_child(scratch / "0.json") if runnable else None
+    pending = new_child(scratch / "0", opts.policy(scratch / "0.work")) if runnable else None
     builds: dict[str, BuildResult] = {}
     try:
         # one unit per task: all its files, its own flags, libraries and header wheels
         units = {t.task_id: BuildUnit.for_task(t, sources[t.task_id], variants[t.task_id]) for t in cuda}
-        built = build_all(list(units.values())) if units else {}
+        confine = opts.confine if opts.sandbox else None
+        built = build_all(list(units.values()), confine=confine) if units else {}
         builds = {task_id: built[unit] for task_id, unit in units.items()}
     except toolchain.ToolchainError as e:
         for t in cuda:
@@ -136,7 +158,7 @@ def _grade(
                 continue
             b = builds.get(t.task_id) if isinstance(t, CudaTask) else None
             child, pending = (pending, None) if t.task_id in runnable else (None, pending)
-            res = _grade_one(t, sources[t.task_id], variants[t.task_id], b, opts, gpu, scratch / f"{i}.json", child)
+            res = _grade_one(t, sources[t.task_id], variants[t.task_id], b, opts, gpu, scratch / str(i), child)
             res.notes = notes.get(t.task_id, []) + res.notes
             if b is not None and b.cached is False:
                 res.notes.append(f"built in {build_seconds:.1f} s")
@@ -154,7 +176,7 @@ def _grade_one(
     b: BuildResult | None,
     opts: Options,
     gpu: bool,
-    result_path: Path,
+    base: Path,
     child: Child | None,
 ) -> TaskResult:
     start = time.perf_counter()
@@ -185,14 +207,15 @@ def _grade_one(
         timing=opts.timing,
         huge=opts.huge,
         variant=variant,
+        seed=task_key(task.task_id),
     )
     if child is None:
-        child = new_child(result_path)
+        child = new_child(base, opts.policy(base.with_suffix(".work")))
     child.feed(job)
     timeout = opts.timeout_for(task)
     res = from_child(task, src, child.wait(timeout), timeout)
     if opts.sanitize and task.gpu and res.verdict in (Verdict.PASS, Verdict.WRONG):
-        _sanitize(task, job, opts, result_path.with_suffix(".san.json"), res)
+        _sanitize(task, job, opts, base.with_name(base.name + "-san"), res)
     res.kernels = kernels
     res.seconds = time.perf_counter() - start
     return res
@@ -200,6 +223,17 @@ def _grade_one(
 
 def from_child(task: Task, src: Path, run: ChildRun, timeout: float) -> TaskResult:
     """The task's result from what its process left behind: its report, exit status and output."""
+    res = _from_child(task, src, run, timeout)
+    res.sandbox = list(run.sandbox or [])
+    if run.forged:
+        res.notes.append(
+            f"{run.forged} line(s) on the grader's report channel did not carry the task process's key "
+            "(written by the submission's code?) and were ignored"
+        )
+    return res
+
+
+def _from_child(task: Task, src: Path, run: ChildRun, timeout: float) -> TaskResult:
     r = run.result
     tail = _last_output(run.stderr or "")
     if run.timed_out:
@@ -217,6 +251,16 @@ def from_child(task: Task, src: Path, run: ChildRun, timeout: float) -> TaskResu
             src,
             Verdict.TIMEOUT,
             f"killed after {timeout:.0f} s in {r.phase}: {why}; if it is only slow, raise GRADER_TIMEOUT",
+            cases=r.cases,
+            tests=r.tests,
+        )
+    if r.verdict is None and run.returncode == -signal.SIGXFSZ:
+        return _result(
+            task,
+            src,
+            Verdict.CRASH,
+            f"the task's process was stopped in {r.phase} for writing more than the sandbox allows into one "
+            "file (its output counts): is something printing in a loop?",
             cases=r.cases,
             tests=r.tests,
         )
@@ -248,7 +292,7 @@ def _last_output(stderr: str) -> str:
     return "\n".join(lines[-8:])
 
 
-def _sanitize(task: Task, job: ChildJob, opts: Options, result_path: Path, res: TaskResult) -> None:
+def _sanitize(task: Task, job: ChildJob, opts: Options, base: Path, res: TaskResult) -> None:
     """The task's small cases under memcheck, then racecheck: findings in its own sources, and a
     record of each tool's run (a tool that could not run is said so, never taken as clean)."""
     env = {**child_env(), "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}  # one allocation per tensor: memcheck sees bounds
@@ -261,7 +305,9 @@ def _sanitize(task: Task, job: ChildJob, opts: Options, result_path: Path, res: 
         except toolchain.ToolchainError as e:
             res.sanitizer.append(SanitizerRun(tool, "not run", str(e)))
             continue
-        run = Child(result_path, job=job, wrapper=wrapper, env=env).wait(opts.timeout_for(task) * 4)
+        policy = opts.policy(base.with_name(f"{base.name}-{tool}.work"))
+        child = Child(base.with_name(f"{base.name}-{tool}"), job=job, wrapper=wrapper, env=env, policy=policy)
+        run = child.wait(opts.timeout_for(task) * 4)
         report = run.stdout + run.stderr
         log = paths.BUILD / "sanitizer" / f"{task.lab}-{task.number}.{tool}.log"
         log.parent.mkdir(parents=True, exist_ok=True)

@@ -5,15 +5,18 @@ that resumes where it stopped. Runs on any machine (CUDA tasks are skipped witho
 from __future__ import annotations
 
 import csv
+import json
+import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from grader import paths, toolchain
+from grader import cli, paths, toolchain
 from grader.instructor import gradebook
 from grader.instructor.submissions import SubmissionError, intake, owned_files
 from grader.parent import runner
@@ -26,9 +29,11 @@ SPEC = "lab1/tests/test_03_saxpy.py"
 
 @pytest.fixture(autouse=True)
 def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same outcome on every machine: what is graded here is the selection, not the kernels."""
+    """The same outcome on every machine: what is graded here is the selection, not the kernels.
+    GRADER_NO_GPU reaches the workers' processes too (and makes the batch's default one worker)."""
     monkeypatch.setattr(toolchain, "has_gpu", lambda: False)
     monkeypatch.setenv("GRADER_FORKSERVER", "0")
+    monkeypatch.setenv("GRADER_NO_GPU", "1")
 
 
 def student_tree(dest: Path, solve_saxpy: bool = False, cheat: bool = False) -> Path:
@@ -53,7 +58,21 @@ def test_only_the_files_the_student_owns_are_taken(tmp_path: Path) -> None:
     assert f"changed {SPEC}: ignored" in sub.ignored and "added notes.txt: ignored" in sub.ignored
     assert "changed Makefile: ignored" not in sub.ignored  # unchanged files are not news
     task = next(t for t in catalogue.all_tasks(["lab1"]) if t.number == "03")
-    assert sub.overrides([task]) == {"lab1/03": {"03_saxpy.cu": tmp_path / "ada" / SAXPY}}
+    graded = tmp_path / "scratch" / "graded" / SAXPY  # a copy, made at intake
+    assert sub.overrides([task]) == {"lab1/03": {"03_saxpy.cu": graded}}
+    assert graded.read_bytes() == (tmp_path / "ada" / SAXPY).read_bytes()
+
+
+def test_a_symbolic_link_is_not_graded(tmp_path: Path) -> None:
+    """A link could point at the instructor's solution or a secret the grader would read as root."""
+    root = student_tree(tmp_path / "ada")
+    secret = tmp_path / "instructor-solution.cu"
+    secret.write_text("// the instructor's\n")
+    (root / SAXPY).unlink()
+    (root / SAXPY).symlink_to(secret)
+    sub = intake(str(root), "ada", tmp_path / "scratch")
+    assert SAXPY in sub.missing and SAXPY not in sub.owned
+    assert any(line.startswith(f"{SAXPY} is a symbolic link") for line in sub.ignored)
 
 
 def test_the_digest_names_exactly_what_is_graded(tmp_path: Path) -> None:
@@ -129,3 +148,130 @@ def test_a_gradebook_grades_resumes_and_regrades_one(tmp_path: Path) -> None:
     assert any("ada: grading" in s for s in said) and not any("bob" in s for s in said)
     rows = {r["student"]: r for r in csv.DictReader((out / "gradebook.csv").open())}
     assert set(rows) == {"ada", "bob", "(maximum)"}  # the others stay in the book
+
+
+def rows_of(out: Path) -> dict[str, dict[str, str]]:
+    return {r["student"]: r for r in csv.DictReader((out / "gradebook.csv").open())}
+
+
+def verdicts(out: Path, name: str) -> dict[str, tuple[str, float]]:
+    graded = gradebook._load(out, name)
+    assert graded is not None, name
+    return {r.task_id: (str(r.verdict), r.points) for r in graded.results}
+
+
+def test_workers_are_the_gpus_this_process_may_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert gradebook.worker_gpus() == []  # no GPU: one worker, in this process
+    assert gradebook.worker_gpus(" 0, 1,") == ["0", "1"]
+    with pytest.raises(ValueError, match="GPU ids"):
+        gradebook.worker_gpus(",")
+    two = (toolchain.Gpu("H100", "9.0", "550", 81559, "1980", "2619", "1980"),) * 2
+    monkeypatch.setattr(toolchain, "gpus", lambda: two)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert gradebook.worker_gpus() == ["0", "1"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")  # what a scheduler gave this job
+    assert gradebook.worker_gpus() == ["2", "3"]
+
+
+def test_shards_split_the_class_and_share_one_gradebook(tmp_path: Path) -> None:
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    for name in ("ada", "bob", "cy"):
+        student_tree(subs / name)
+    entries = gradebook.entries_of(subs)
+    halves = [gradebook.shard_of(entries, (i, 2)) for i in range(2)]
+    assert halves == [[subs / "ada", subs / "cy"], [subs / "bob"]]  # every other one, in the sorted order
+    assert sorted(halves[0] + halves[1]) == entries  # together: each exactly once
+    assert gradebook.parse_shard("1/4") == (1, 4)
+    for bad in ("4/4", "1", "-1/2", "a/b", "0/0"):
+        with pytest.raises(ValueError, match="not a shard"):
+            gradebook.parse_shard(bad)
+    with pytest.raises(SystemExit):
+        cli.main(["gradebook", str(subs), "--shard", "2/2"])
+
+    said: list[str] = []  # two shards, one after the other here, into one shared folder
+    opts = runner.Options(timing="off")
+    for i in range(2):
+        assert gradebook.gradebook(subs, out, opts, said.append, gpus=[], shard=(i, 2)) == 0
+    grading = [s.split("] ")[1].removesuffix(": grading") for s in said if s.endswith(": grading")]
+    assert grading == ["ada", "cy", "bob"]
+    assert set(rows_of(out)) == {"ada", "bob", "cy", "(maximum)"}  # the last shard's book has everyone's
+    assert json.loads((out / "throughput-shard1of2.json").read_text())["submissions"] == 1
+    said.clear()
+    assert gradebook.gradebook(subs, out, opts, said.append, only="bob", gpus=[], shard=(0, 2)) == 0
+    assert said == ["bob is graded by another shard, not this one"]
+
+
+def test_collect_rebuilds_the_gradebook_the_batch_wrote(tmp_path: Path) -> None:
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    student_tree(subs / "ada", cheat=True)
+    student_tree(subs / "bob")
+    (subs / "eve.zip").write_bytes(b"broken")
+    assert gradebook.gradebook(subs, out, runner.Options(timing="off"), [].append) == 1
+    written = (out / "gradebook.csv").read_text()
+    (out / "gradebook.csv").unlink()
+    assert cli.main(["gradebook", str(subs), "--out", str(out), "--collect"]) == 1  # eve has no grade
+    assert (out / "gradebook.csv").read_text() == written
+    assert "cannot unpack" in (out / "eve" / "error.txt").read_text()
+
+
+def test_slurm_writes_an_array_job_and_grades_nothing(tmp_path: Path) -> None:
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    student_tree(subs / "ada")
+    student_tree(subs / "bob")
+    assert cli.main(["gradebook", str(subs), "--out", str(out), "--slurm", "4", "--timing", "off"]) == 0
+    job = out / "grade.sbatch"
+    script = job.read_text()
+    assert "#SBATCH --array=0-3\n" in script and "#SBATCH --gres=gpu:1\n" in script
+    assert f"#SBATCH --output={out.absolute()}/slurm-%A_%a.log" in script
+    assert f"cd {paths.ROOT}" in script and paths.ROOT.is_absolute()
+    assert f"{sys.executable} -m grader gradebook {subs.absolute()} --out {out.absolute()}" in script
+    assert '--shard "$SLURM_ARRAY_TASK_ID/4" --gpus all --timing off' in script
+    assert [p.name for p in out.iterdir()] == ["grade.sbatch"]  # nothing graded
+    # what one array task runs: shard 1 of 4 is bob (the second entry)
+    env = {**os.environ, "SLURM_ARRAY_TASK_ID": "1"}
+    run = subprocess.run(["bash", str(job)], env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (out / "bob" / "results.json").exists() and not (out / "ada").exists()
+
+
+def test_one_worker_per_gpu_grades_as_one_worker_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GRADER_NO_GPU", "1")  # the workers' processes, on this machine, see no GPU either
+    subs, one, two = tmp_path / "subs", tmp_path / "one", tmp_path / "two"
+    student_tree(subs / "ada", cheat=True)
+    student_tree(subs / "bob")
+    cy = student_tree(subs / "cy")
+    end = "    // TODO(lab1/03) end"
+    (cy / SAXPY).write_text((cy / SAXPY).read_text().replace(end, "    int i = 0;\n" + end, 1))  # started: skipped here
+    opts = runner.Options(timing="off")
+    assert gradebook.gradebook(subs, one, opts, [].append, gpus=[]) == 0
+    said: list[str] = []
+    assert gradebook.gradebook(subs, two, opts, said.append, gpus=["0", "1"]) == 0
+    assert (two / "gradebook.csv").read_text() == (one / "gradebook.csv").read_text()
+    for name in ("ada", "bob", "cy"):
+        assert verdicts(two, name) == verdicts(one, name)
+        assert (two / name / "grading.log").exists() and not (one / name / "grading.log").exists()
+    assert verdicts(two, "cy")["lab1/03"] != verdicts(two, "bob")["lab1/03"]
+    assert said[:2] == ["ada: grading on GPU 0", "bob: grading on GPU 1"]
+    assert sum(" on GPU " in s and s.endswith(" s)") for s in said) == 3  # "[1/3] ada on GPU 0: 0 points (0.9 s)"
+    assert any(s.startswith("graded 3 submissions in ") and " on 2 GPUs (" in s for s in said)
+    throughput = json.loads((two / "throughput.json").read_text())
+    assert set(throughput) == {"submissions", "seconds", "gpus", "per_hour"}
+    assert throughput["submissions"] == 3 and throughput["gpus"] == 2 and throughput["per_hour"] > 0
+
+
+def test_a_worker_that_fails_is_reported_and_the_others_go_on(tmp_path: Path) -> None:
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    student_tree(subs / "bob")
+    student_tree(subs / "eve")
+    opts = runner.Options(timing="off")
+    assert gradebook.gradebook(subs, out, opts, [].append, gpus=[]) == 0
+    shutil.rmtree(subs / "eve")  # eve hands in a broken archive instead: her earlier grade must go
+    (subs / "eve.zip").write_bytes(b"broken")
+    said: list[str] = []
+    assert gradebook.gradebook(subs, out, opts, said.append, fresh=True, gpus=["0", "1"]) == 1
+    failed = next(s for s in said if "eve on GPU" in s)
+    assert "cannot be graded (exit 2)" in failed and "cannot unpack" in failed  # the end of her grading.log
+    assert "cannot unpack" in (out / "eve" / "error.txt").read_text()
+    assert not (out / "eve" / "results.json").exists()
+    assert any("bob on GPU" in s and "points" in s for s in said)
+    assert set(rows_of(out)) == {"bob", "(maximum)"}

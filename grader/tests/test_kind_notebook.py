@@ -124,7 +124,7 @@ def test_the_untouched_skeleton_is_not_started(task):
 
 def test_without_the_jupyter_packages_the_verdict_is_environment(task, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "nbformat", None)  # `import nbformat` now fails
-    rec = Recorder(tmp_path / "r.json")
+    rec = Recorder(tmp_path, path=tmp_path / "r.json")
     job = ChildJob(spec=str(SPEC), sources={SOURCE: str(variant("pass"))}, timing="off")
     run_notebook(task, job, rec)
     assert rec.report.verdict == Verdict.ENVIRONMENT
