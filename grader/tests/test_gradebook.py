@@ -32,6 +32,7 @@ def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """The same outcome on every machine: what is graded here is the selection, not the kernels.
     GRADER_NO_GPU reaches the workers' processes too (and makes the batch's default one worker)."""
     monkeypatch.setattr(toolchain, "has_gpu", lambda: False)
+    monkeypatch.setattr(toolchain, "gpus", lambda: ())  # cached by earlier tests on a GPU machine
     monkeypatch.setenv("GRADER_FORKSERVER", "0")
     monkeypatch.setenv("GRADER_NO_GPU", "1")
 
