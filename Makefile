@@ -19,7 +19,7 @@ export PYTEST_DISABLE_PLUGIN_AUTOLOAD := 1
 GRADE_OPTS := -q --no-header -p no:cacheprovider -rfEs $(if $(TASK),--task=$(TASK)) $(if $(SOLUTIONS),--solutions) $(ARGS)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup doctor check verify grade grade-submission gradebook bench-grader skeletons release lint clean
+.PHONY: help setup doctor check verify grade grade-submission gradebook grade-class bench-grader skeletons release lint clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_%-]+:.*## / {name = $$1; sub(/%/, "N", name); printf "  %-16s %s\n", name, $$2}' $(MAKEFILE_LIST)
@@ -81,9 +81,13 @@ gradebook: $(STAMP) ## instructors: grade a folder of submissions into OUT/grade
 	@test -n "$(SUBS)" || { echo "usage: make gradebook SUBS=dir-of-submissions [OUT=dir] [ARGS='--only NAME | --gpus 0,1 | --shard I/N | --slurm N | --collect']"; exit 2; }
 	$(PY) -m grader gradebook $(SUBS) --out $(OUT) $(ARGS)
 
-release: $(STAMP) ## export a student tree without solutions: make release DEST=../student-release
-	@test -n "$(DEST)" || { echo "usage: make release DEST=../student-release"; exit 2; }
-	$(PY) -m grader release $(DEST)
+grade-class: $(STAMP) ## instructors (GPU): 21 lab 1 submissions, hostile ones included, graded by the gradebook and checked
+	@test -f benchmarks/grade_class.py || { echo "grade-class is an instructor tool: not part of a student release"; exit 2; }
+	$(PY) benchmarks/grade_class.py --out .build/class $(ARGS)
+
+release: $(STAMP) ## export a student tree without solutions: make release DEST=../student-release [GRADER_REPO=owner/name]
+	@test -n "$(DEST)" || { echo "usage: make release DEST=../student-release [GRADER_REPO=owner/name]"; exit 2; }
+	$(PY) -m grader release $(DEST) $(if $(GRADER_REPO),--grader-repo $(GRADER_REPO))
 
 lint: $(STAMP) ## ruff over the Python code
 	$(PY) -m ruff check grader tests benchmarks $(LABS)
