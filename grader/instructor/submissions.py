@@ -10,6 +10,7 @@ graded is named by its commit (for git) and a hash of the files taken.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import tarfile
@@ -128,19 +129,38 @@ def intake(origin: str, name: str, scratch: Path) -> Submission:
     sub = Submission(name=name, root=root, origin=origin, commit=commit)
     owned = owned_files()
     present = _files(root)
-    # what is graded is a copy of the owned files, made here: the student's tree is never read
-    # again, and the sandbox's user can read the copies (grader/parent/sandbox.py)
-    taken = scratch / "graded"
-    for rel in sorted(owned):
-        if rel not in present:
-            sub.missing.append(rel)
-        elif _linked(root, rel):
-            sub.missing.append(rel)
-            sub.ignored.append(f"{rel} is a symbolic link (or lies under one): not graded, only plain files are")
-        else:
-            (taken / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(root / rel, taken / rel)
-            sub.owned[rel] = taken / rel
+    # what is graded is a copy of each task's files, made here: the student's tree is never read
+    # again, the sandbox's user can read the copies, and a folder named by their content keeps
+    # the build cache warm for files many students share (say, an untouched task)
+    for task in catalogue.all_tasks():
+        keys = {owned_path(task, rel): rel for rel in task.sources}
+        taken: dict[str, Path] = {}
+        for key in keys:
+            if key not in present:
+                if key not in sub.missing:
+                    sub.missing.append(key)
+            elif _linked(root, key):
+                if key not in sub.missing:
+                    sub.missing.append(key)
+                    sub.ignored.append(
+                        f"{key} is a symbolic link (or lies under one): not graded, only plain files are"
+                    )
+            else:
+                taken[key] = root / key
+        h = hashlib.sha256()
+        for key in sorted(taken):
+            h.update(key.encode() + b"\0" + taken[key].read_bytes() + b"\0")
+        folder = paths.BUILD / "graded" / f"{task.lab}-{task.number}-{h.hexdigest()[:16]}"
+        for key, src in taken.items():
+            dest = folder / keys[key]
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if not dest.exists():  # (several workers may copy the same file: each writes its own, then renames)
+                tmp = dest.with_name(f".{dest.name}.{os.getpid()}")
+                shutil.copyfile(src, tmp)
+                os.chmod(tmp, 0o644)  # the sandbox's user reads it
+                os.replace(tmp, dest)
+            sub.owned[key] = dest
+    sub.missing.sort()
     for rel in sorted(present - owned):
         mine = paths.ROOT / rel
         if not mine.is_file():

@@ -59,9 +59,11 @@ def test_only_the_files_the_student_owns_are_taken(tmp_path: Path) -> None:
     assert f"changed {SPEC}: ignored" in sub.ignored and "added notes.txt: ignored" in sub.ignored
     assert "changed Makefile: ignored" not in sub.ignored  # unchanged files are not news
     task = next(t for t in catalogue.all_tasks(["lab1"]) if t.number == "03")
-    graded = tmp_path / "scratch" / "graded" / SAXPY  # a copy, made at intake
-    assert sub.overrides([task]) == {"lab1/03": {"03_saxpy.cu": graded}}
-    assert graded.read_bytes() == (tmp_path / "ada" / SAXPY).read_bytes()
+    graded = sub.overrides([task])["lab1/03"]["03_saxpy.cu"]  # a copy, made at intake
+    assert graded != tmp_path / "ada" / SAXPY and graded.read_bytes() == (tmp_path / "ada" / SAXPY).read_bytes()
+    # named by content: the same file in another submission is the same copy (its build is cached)
+    other = intake(str(student_tree(tmp_path / "bob")), "bob", tmp_path / "scratch2")
+    assert other.overrides([task])["lab1/03"]["03_saxpy.cu"] == graded
 
 
 def test_a_symbolic_link_is_not_graded(tmp_path: Path) -> None:
