@@ -191,6 +191,13 @@ VARIANTS: dict[str, Variant] = {
     "05_silu.leaks": Variant(
         "05_silu.cu", [("    CUDA_CHECK(cudaFree(d_y));\n", "")], {"wrong"}, "leaks", "never frees one of its buffers"
     ),
+    "05_silu.leaks_on_failure": Variant(
+        "05_silu.cu",
+        [("    cudaError_t err = run();\n", "    cudaError_t err = run();\n    if (err != cudaSuccess) return err;\n")],
+        {"wrong"},
+        "leaked",
+        "returns at the first error, before the frees: a failed second allocation leaks the first",
+    ),
     "06_max_pool.sync_misplaced": Variant(
         "06_max_pool.cu",
         [
@@ -233,7 +240,7 @@ BATCHES = [
         "07_histogram.no_zero",
     ],
     ["03_saxpy.illegal_address", "05_silu.leaks"],
-    ["03_saxpy.no_guard", "04_swap_pairs.shared_unused"],
+    ["03_saxpy.no_guard", "04_swap_pairs.shared_unused", "05_silu.leaks_on_failure"],
     ["03_saxpy.thrust_alias"],
 ]
 SANITIZED = ["04_swap_pairs.sync_misplaced"]  # graded with compute-sanitizer as well

@@ -61,6 +61,47 @@ def no_device_memory_leak(ctx: RunContext) -> None:
         )
 
 
+def failure_after_an_allocation_leaks_nothing(ctx: RunContext) -> None:
+    """The clean-up path: when the first buffer fits and the second does not, silu must return the
+    error, leave y untouched and give the first buffer back. The GPU is filled first (a torch
+    tensor) so that this happens with a few MiB, not with a host array as large as the card."""
+    import numpy as np
+    import torch
+
+    silu = ctx.entry("silu")
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    free, _ = torch.cuda.mem_get_info()
+    filler = torch.empty(max(free - (8 << 20), 0), dtype=torch.uint8, device="cuda")
+    try:
+        torch.cuda.synchronize()
+        left, _ = torch.cuda.mem_get_info()
+        # one buffer of 0.6 x what is left fits; two do not (allocations round up to 2 MiB pages)
+        n = int(left * 0.6) // 4
+        x, y = np.ones(n, np.float32), np.full(n, 7.0, np.float32)
+        rc = silu({"x": x, "y": y, "n": n})
+        torch.cuda.synchronize()
+        after, _ = torch.cuda.mem_get_info()
+    finally:
+        del filler
+        torch.cuda.empty_cache()
+    if rc == 0:
+        ctx.fail(
+            f"silu(n={n}) returned cudaSuccess although its second buffer could not be allocated "
+            f"({left >> 20} MiB were free): check every cudaMalloc and return its error",
+            Verdict.WRONG,
+        )
+    if not (y == 7.0).all():
+        ctx.fail(f"silu(n={n}) failed but wrote into y: leave y untouched when it fails", Verdict.WRONG)
+    lost = left - after
+    if lost >= 2 << 20:
+        ctx.fail(
+            f"silu(n={n}) leaked {lost / 2**20:.0f} MiB when its second allocation failed: free every buffer "
+            "on every exit path, the failing ones too (the clean-up pattern of the chapter's section 4)",
+            Verdict.WRONG,
+        )
+
+
 TASK = elementwise(
     lab="lab1",
     number="05",
@@ -81,7 +122,7 @@ TASK = elementwise(
         Rule("require", r"cudaFree\s*\(", "free what you allocate with cudaFree"),
         Rule("require", r"<<<", "compute on the GPU: launch a kernel"),
     ],
-    checks=[impossible_size_returns_an_error, no_device_memory_leak],
+    checks=[impossible_size_returns_an_error, no_device_memory_leak, failure_after_an_allocation_leaks_nothing],
 )
 
 
