@@ -4,6 +4,10 @@ Each task file defines `TASK = Task(...)` and one test that calls the `grade` fi
 first such test builds every selected task in one parallel nvcc run; each test then waits for
 its own task's verdict. At the end the plugin prints the table and, with --grade-dir, writes
 results.json and summary.md.
+
+A task that does not pass fails its test, but its message is printed once, under its row in the
+table: what pytest itself prints for that test (the failure section, the short summary's FAILED
+line) is a one-line pointer, while JUnit XML (`--junitxml`) still gets the whole message.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from grader.parent import runner
 from grader.records import TaskResult, Verdict
 from grader.report import envinfo
 from grader.report.files import markdown, write_json
-from grader.report.terminal import table
+from grader.report.terminal import details, table
 from grader.tasks import catalogue
 from grader.tasks.spec import Task
 
@@ -124,10 +128,56 @@ def grade(request: pytest.FixtureRequest, record_property: Callable[[str, Any], 
             return
         if r.verdict == Verdict.SKIPPED:
             pytest.skip(r.message)
-        extra = "".join(f"\nnote: {n}" for n in r.notes if "built in" not in n)
-        pytest.fail(f"{r.verdict}: {r.message}{extra}", pytrace=False)
+        raise TaskFailed(r)
 
     return run
+
+
+class TaskFailed(pytest.fail.Exception):  # type: ignore[misc,valid-type]  # pytest.fail.Exception: pytest's Failed
+    """`pytest.fail` for a task that did not pass, carrying its whole message and a one-line pointer."""
+
+    def __init__(self, r: TaskResult) -> None:
+        super().__init__(f"{r.verdict}: " + "\n".join(details(r)), pytrace=False)
+        self.pointer = f"{r.verdict}: details under {r.task_id} in the grader table"
+
+
+class _Crash:
+    """What pytest's short summary (`FAILED test - ...`), `--tb=line` and JUnit's `message`
+    attribute read from a report: the pointer."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class TaskFailureRepr:
+    """A failed task's report for pytest (its `longrepr`): the terminal gets the pointer, since the
+    table prints the message; `str()`, which JUnit XML writes into its <failure> element, the whole
+    message. One object for every reader, so no hook order matters."""
+
+    def __init__(self, pointer: str, message: str, line_style: bool) -> None:
+        self.reprcrash = _Crash(pointer)
+        self.message = message
+        self.line_style = line_style  # --tb=line prints reprcrash itself: the pointer once, not twice
+
+    def toterminal(self, tw: Any) -> None:
+        if not self.line_style:
+            tw.line(self.reprcrash.message)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    failure = call.excinfo.value if call.excinfo is not None else None
+    if isinstance(failure, TaskFailed) and report.failed:
+        line_style = item.config.getoption("tbstyle", "auto") == "line"
+        report.longrepr = TaskFailureRepr(failure.pointer, failure.msg or "", line_style)
+    return report
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -136,7 +186,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         return
     tr = terminalreporter
     tr.section("grader")
-    for line in table(session.results).splitlines():
+    for line in table(session.results, with_details=True).splitlines():
         tr.write_line(line)
     got = sum(r.points for r in session.results)
     total = sum(r.max_points for r in session.results)

@@ -1,4 +1,5 @@
-"""The compact table a student sees at the end of `make test-labN`."""
+"""The compact table a student sees at the end of `make test-labN`: a row per task and, under the
+row of a task that did not pass, its message (the one place the student's terminal shows it)."""
 
 from __future__ import annotations
 
@@ -28,10 +29,18 @@ def flops_cell(t: Timing | None) -> str:
     return f"{t.gflops:.0f}" + (f" ({t.gflops / t.peak_gflops:.0%} of peak)" if t.peak_gflops else "")
 
 
-def table(results: list[TaskResult]) -> str:
-    """Ladder rows (`make bench-labN`) are left out: their tables go into the lab README."""
+def details(r: TaskResult) -> list[str]:
+    """What a task that did not pass says: its message, then its notes (but not how long it built)."""
+    return [*r.message.splitlines(), *(f"note: {n}" for n in r.notes if "built in" not in n)]
+
+
+def table(results: list[TaskResult], with_details: bool = False) -> str:
+    """Ladder rows (`make bench-labN`) are left out: their tables go into the lab README. With
+    `with_details`, the details of each task that neither passed nor was skipped follow its last
+    row, behind a bar; they are no cells, so they do not widen the columns."""
     flops = any(t.gflops is not None for r in results for t in r.timings if not t.ladder)
     rows = [("task", "verdict", "time", "vs torch", "of copy bw", *(["GFLOP/s"] if flops else []), "points")]
+    under: dict[int, list[str]] = {}  # a row's index: the lines printed under it
     for r in results:
         timings: list[Timing | None] = [t for t in r.timings if not t.ladder] or [None]
         for k, t in enumerate(timings):
@@ -41,10 +50,13 @@ def table(results: list[TaskResult]) -> str:
             verdict = f"{MARK.get(r.verdict, '✗')} {r.verdict}" if k == 0 else ""
             points = f"{r.points:g}/{r.max_points:g}" if k == 0 and r.max_points else ""
             rows.append((name, verdict, *timing_cells(t), *([flops_cell(t)] if flops else []), points))
+        if with_details and r.verdict not in (Verdict.PASS, Verdict.SKIPPED):
+            under[len(rows) - 1] = [f"  │ {line}".rstrip() for line in details(r)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     out = []
     for j, row in enumerate(rows):
         out.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
         if j == 0:
             out.append("  ".join("─" * w for w in widths))
+        out.extend(under.get(j, []))
     return "\n".join(out)
