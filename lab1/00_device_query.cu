@@ -32,14 +32,14 @@ struct DeviceInfo {
 static_assert(sizeof(DeviceInfo) == 304, "the grader's ctypes mirror assumes this layout");
 
 COURSE_API cudaError_t query_device(int device, DeviceInfo* info) {
-    // TODO(lab1/00) begin: cudaGetDeviceProperties(&prop, device) inside CUDA_CHECK, copy the fields into *info (strncpy the name, NUL-terminate it), return cudaSuccess.
+    // TODO(lab1/00) begin: fill every field of *info from the device's properties (the name always NUL-terminated) and pass on the error of a failed query, such as a bad device index; see §5.1 and §4.5; about 15 lines; try device 0 and device -1.
     return cudaErrorNotYetImplemented;  //~
     // TODO(lab1/00) end
 }
 
 // block_ids (blocks * threads_per_block,), thread_ids (blocks * threads_per_block,)
 __global__ void whoami_kernel(int* __restrict__ block_ids, int* __restrict__ thread_ids) {
-    // TODO(lab1/00) begin: g = blockIdx.x * blockDim.x + threadIdx.x; block_ids[g] = blockIdx.x; thread_ids[g] = threadIdx.x.
+    // TODO(lab1/00) begin: every thread records its block number and its thread number in the one slot of each array that belongs to it alone; see §2.4 and §2.5; about 3 lines; try 1 block of 1 thread, and 3 blocks of 32 (every slot written exactly once).
     // TODO(lab1/00) end
 }
 

@@ -13,12 +13,12 @@
 // A (rows, cols), B (rows, cols) -> C (rows, cols), all row-major
 __global__ void matrix_add_kernel(const float* __restrict__ A, const float* __restrict__ B,
                                   float* __restrict__ C, int rows, int cols) {
-    // TODO(lab1/02) begin: col from the x indices, row from the y indices; if both in range, C[row * cols + col] = A[...] + B[...].
+    // TODO(lab1/02) begin: each thread adds the one element at its (row, column), with x running along a row so that a warp reads consecutive floats, and no thread outside the matrix touches memory; see §2.6, §2.7 and §2.5 (index types); about 6 lines; try 1x1, 1x33, 33x1 and 17x17.
     // TODO(lab1/02) end
 }
 
 COURSE_API cudaError_t matrix_add(const float* A, const float* B, float* C, int rows, int cols) {
-    // TODO(lab1/02) begin: dim3 block(16, 16); grid = (ceil(cols / 16), ceil(rows / 16)); launch.
+    // TODO(lab1/02) begin: 16x16-thread blocks, and a 2D grid with just enough of them to cover every column (x) and every row (y); see §2.6 and the limits in §2.4; about 4 lines; try shapes that are not multiples of 16 in either dimension.
     // TODO(lab1/02) end
     return cudaGetLastError();
 }

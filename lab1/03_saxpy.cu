@@ -12,12 +12,12 @@
 // x (n,), y (n,) -> out (n,)
 __global__ void saxpy_kernel(int n, float alpha, const float* __restrict__ x,
                              const float* __restrict__ y, float* __restrict__ out) {
-    // TODO(lab1/03) begin: i = blockIdx.x * blockDim.x + threadIdx.x; if i < n, out[i] = alpha * x[i] + y[i].
+    // TODO(lab1/03) begin: each thread of every block computes the one output it owns, and threads past the end touch nothing; see §2.5; about 2 lines; try n = 1, 255, 256 and 257.
     // TODO(lab1/03) end
 }
 
 COURSE_API cudaError_t saxpy(int n, float alpha, const float* x, const float* y, float* out) {
-    // TODO(lab1/03) begin: 256 threads per block; blocks = ceil(n / 256) in integer math; launch saxpy_kernel<<<blocks, 256>>>.
+    // TODO(lab1/03) begin: 256-thread blocks, and just enough of them to cover any n from 1 to 2^27 without a block that has no work; see §2.5; about 3 lines; count your blocks by hand for n = 1, 256 and 257.
     // TODO(lab1/03) end
     return cudaGetLastError();
 }

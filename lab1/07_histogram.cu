@@ -23,14 +23,14 @@ constexpr int THREADS = 256;  // threads per block
 // data (n,) bytes -> bins (BINS,) counts; bins must be zero beforehand
 __global__ void histogram_global_kernel(const unsigned char* __restrict__ data, int n,
                                         unsigned int* __restrict__ bins) {
-    // TODO(lab1/07) begin: grid-stride loop over i < n: atomicAdd(&bins[data[i]], 1u).
+    // TODO(lab1/07) begin: count every one of the n bytes into the global bins, also when the grid you are given has fewer threads than n; see §3.7 and §5.8; about 3 lines; try n = 1 and an n far larger than the grid.
     // TODO(lab1/07) end
 }
 
 // data (n,) bytes -> bins (BINS,) counts; bins must be zero beforehand
 __global__ void histogram_shared_kernel(const unsigned char* __restrict__ data, int n,
                                         unsigned int* __restrict__ bins) {
-    // TODO(lab1/07) begin: zero __shared__ unsigned int local[BINS] together; __syncthreads(); grid-stride loop with atomicAdd on local; __syncthreads(); add each nonzero local bin to bins with atomicAdd.
+    // TODO(lab1/07) begin: the same counts, but each block first counts into its own shared-memory bins and then adds them to the global bins with at most one update per bin; every bin zeroed before counting and merged after it, whatever the block size; see §3.6, §3.7 and §5.8; about 15 lines; try n = 1, 255 and an input whose bytes are all equal.
     // TODO(lab1/07) end
 }
 
@@ -50,7 +50,7 @@ static cudaError_t grid_size(int n, int* blocks) {
 COURSE_API cudaError_t histogram_global(const unsigned char* data, int n, unsigned int* bins) {
     int blocks = 0;
     CUDA_CHECK(grid_size(n, &blocks));
-    // TODO(lab1/07) begin: zero bins with cudaMemsetAsync (in CUDA_CHECK), then launch histogram_global_kernel<<<blocks, THREADS>>>.
+    // TODO(lab1/07) begin: the bins must read zero before the kernel counts into them, without making the host wait; then launch the kernel with the grid computed above; see §2.2 (stream order) and §5.8; about 2 lines.
     // TODO(lab1/07) end
     return cudaGetLastError();
 }
@@ -58,7 +58,7 @@ COURSE_API cudaError_t histogram_global(const unsigned char* data, int n, unsign
 COURSE_API cudaError_t histogram_shared(const unsigned char* data, int n, unsigned int* bins) {
     int blocks = 0;
     CUDA_CHECK(grid_size(n, &blocks));
-    // TODO(lab1/07) begin: zero bins with cudaMemsetAsync (in CUDA_CHECK), then launch histogram_shared_kernel<<<blocks, THREADS>>>.
+    // TODO(lab1/07) begin: the bins must read zero before the kernel counts into them, without making the host wait; then launch the kernel with the grid computed above; see §2.2 (stream order) and §5.8; about 2 lines.
     // TODO(lab1/07) end
     return cudaGetLastError();
 }

@@ -16,7 +16,7 @@ constexpr int TILE = 2 * THREADS;   // elements per block: one pair per thread
 
 // in (n,) -> out (n,)
 __global__ void swap_pairs_kernel(const float* __restrict__ in, float* __restrict__ out, int n) {
-    // TODO(lab1/04) begin: fill __shared__ float tile[TILE] (thread t loads elements t and t + THREADS of the block); __syncthreads(); thread t writes pair t: out[2t] = tile[2t + 1], out[2t + 1] = tile[2t] (odd n: the last element stays).
+    // TODO(lab1/04) begin: stage the block's 512 elements in a shared tile with coalesced loads, let no thread read the tile before the whole block has filled it, then write every pair swapped (for odd n the last element stays as it is); see §3.2, §3.6 and §5.5; about 20 lines; try n = 1, 2, 3, 512 and 513.
     __shared__ float tile[TILE];
     const int base = blockIdx.x * TILE;  // first element of this block
     // Two coalesced passes: in each, a warp reads 32 consecutive floats.

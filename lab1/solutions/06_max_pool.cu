@@ -23,7 +23,7 @@ constexpr int TILE = 16;  // output tile per block = threads per block in x and 
 // in (H, W) row-major -> out (H, W) row-major
 __global__ void max_pool_4x4_kernel(const float* __restrict__ in, float* __restrict__ out,
                                     int H, int W) {
-    // TODO(lab1/06) begin: fill __shared__ float tile[TILE + K - 1][TILE + K - 1] from the block's top-left corner (each thread loads (ty, tx) plus the spots 16 right/below; -INFINITY outside the image); __syncthreads(); max over tile[ty + i][tx + j].
+    // TODO(lab1/06) begin: fill the block's 19x19 shared tile (its 16x16 inputs plus the 3-wide halo, with cells outside the image set to a value that can never be the maximum), make the whole block wait, then let each thread take its 4x4 maximum from the tile; see §3.2, §3.6 and §5.7; about 25 lines; try 1x1, 3x5, 16x16 and 17x33.
     __shared__ float tile[TILE + K - 1][TILE + K - 1];
     const int row0 = blockIdx.y * TILE;  // image position of tile[0][0]
     const int col0 = blockIdx.x * TILE;
