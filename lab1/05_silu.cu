@@ -16,7 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 
-// TODO(lab1/05) begin: write the SiLU kernel: correct for every size_t n, whatever grid you decide to launch; see §5.6 and §2.5 (index types); about 8 lines; think about n = 1, n = 1000 and n above 2^32.
+// TODO(lab1/05) begin: write the SiLU kernel: correct for every size_t n, whatever grid you decide to launch; see §5.6 and §2.5 (index types); about 8 lines; think about n = 1, n = 1000 and n above 2^31.
 // TODO(lab1/05) end
 
 COURSE_API cudaError_t silu(const float* x, float* y, size_t n) {
