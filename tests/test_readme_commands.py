@@ -7,7 +7,12 @@ import subprocess
 
 from grader import paths
 
-READMES = [paths.ROOT / "README.md", *sorted(paths.ROOT.glob("lab*/README.md"))]
+READMES = [
+    paths.ROOT / "README.md",
+    paths.ROOT / "grader" / "README.md",
+    paths.ROOT / "grader" / "instructor" / "README.md",
+    *sorted(paths.ROOT.glob("lab*/README.md")),
+]
 
 
 def _targets() -> list[re.Pattern[str]]:
