@@ -8,7 +8,9 @@ gets its Markdown table written into the lab README between its markers, with a 
 the card, driver, CUDA toolkit and torch, and its plot as labN/figures/ladder-NN.png. A task
 that did not pass leaves its table as it was: a README never shows numbers of wrong code.
 `--placeholder` writes the tables' shape without numbers (no GPU needed), so a new ladder's block
-exists before its first GPU run and `make check` can hold it to the declaration.
+exists before its first GPU run and `make check` can hold it to the declaration. With
+`--solutions` over a whole lab, the chapter also gets the reference solutions' timings on this
+card (grader/report/timings.py).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 from grader import paths, toolchain
 from grader.parent import runner, scoring
 from grader.records import Verdict
-from grader.report import envinfo, ladders
+from grader.report import envinfo, ladders, timings
 from grader.report.terminal import table
 from grader.tasks import catalogue
 
@@ -96,4 +98,11 @@ def bench(
         where = "" if existed else " (appended at the end: move the block, markers and all, where it belongs)"
         drawn = f" and its plot into {paths.rel(png)}" if png else " (no plot: pip install matplotlib)"
         say(f"{t.task_id}: wrote the {t.ladder.name} table into {paths.rel(readme)}{where}{drawn}")  # type: ignore[union-attr]
+    if solutions and not selectors and folder.parent == paths.ROOT:  # the chapter's table of what the references reach
+        if rc == 0:
+            lab = folder.name
+            where = timings.write(readme, lab, list(results.values()), env, f"make bench-{lab} SOLUTIONS=1")
+            say(f"the reference timings on {timings.card(env)}: {where} in {paths.rel(readme)}")
+        else:
+            say("the reference timings table is left as it was: not every reference solution passed")
     return rc

@@ -1,0 +1,88 @@
+"""The reference solutions' timings as a table in the lab's chapter, one block per card.
+
+`make bench-labN SOLUTIONS=1` grades the lab's reference solutions with benchmark timing and
+writes what each timed entry reached (time, against its baseline, share of the copy bandwidth)
+between markers named after the lab and the card:
+
+    <!-- timings:lab1:NVIDIA H200 begin -->  ...  <!-- timings:lab1:NVIDIA H200 end -->
+
+with a caption naming the card, driver, toolkit and torch of that run, so that every number in
+the table says where it comes from. A card's block is replaced by its next run; a new card's block
+goes after the lab's other timing blocks, or at the `<!-- timings:labN -->` marker the chapter
+places where the tables belong.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from grader.records import TaskResult, Verdict
+
+
+def card(env: Mapping[str, Any]) -> str:
+    return str((env.get("gpus") or [{}])[0].get("name", "unknown GPU"))
+
+
+def begin(lab: str, card_name: str) -> str:
+    return f"<!-- timings:{lab}:{card_name} begin -->"
+
+
+def end(lab: str, card_name: str) -> str:
+    return f"<!-- timings:{lab}:{card_name} end -->"
+
+
+def anchor(lab: str) -> str:
+    return f"<!-- timings:{lab} -->"
+
+
+def _ms(v: float) -> str:
+    return f"{v * 1000:.1f} µs" if v < 1 else f"{v:.2f} ms"
+
+
+def rows(results: Sequence[TaskResult]) -> list[str]:
+    """One row per timed entry of each task (ladder rows are the ladders' own tables)."""
+    out = []
+    for r in results:
+        timed = [t for t in r.timings if not t.ladder]
+        if r.verdict != Verdict.PASS or not timed:
+            continue
+        for t in timed:
+            vs = f"{t.speedup:.2f}× {t.baseline}" if t.speedup is not None else "–"
+            copy = f"{t.share_of_copy:.0%}" if t.share_of_copy is not None else "–"
+            out.append(f"| {r.task_id} `{t.entry}` ({t.case}) | {_ms(t.median_ms)} | {vs} | {copy} |")
+    return out
+
+
+def block(lab: str, results: Sequence[TaskResult], env: Mapping[str, Any], command: str) -> str:
+    gpu = (env.get("gpus") or [{}])[0]
+    copy = next((t.copy_gbps for r in results for t in r.timings if t.copy_gbps), None)
+    caption = (
+        f"*{card(env)}, driver {gpu.get('driver', '?')}, CUDA toolkit {env.get('nvcc', '?')}, torch "
+        f"{env.get('torch', '?')}"
+        + (f"; device-to-device copy {copy / 1000:.2f} TB/s in the same run" if copy else "")
+        + f". Median of the timed calls. Written by `{command}`: do not edit by hand.*"
+    )
+    table = ["| task, entry (timed case) | time | against | of copy |", "| --- | ---: | ---: | ---: |"]
+    return "\n".join([begin(lab, card(env)), caption, "", *table, *rows(results), end(lab, card(env))])
+
+
+def write(readme: Path, lab: str, results: Sequence[TaskResult], env: Mapping[str, Any], command: str) -> str:
+    """Writes this card's block into `readme`; says where (replaced, inserted) or why not."""
+    text = readme.read_text()
+    new = block(lab, results, env, command)
+    mine = re.compile(re.escape(begin(lab, card(env))) + r".*?" + re.escape(end(lab, card(env))), re.S)
+    if mine.search(text):
+        readme.write_text(mine.sub(lambda _m: new, text, count=1))
+        return "replaced"
+    others = list(re.finditer(rf"<!-- timings:{re.escape(lab)}:[^>]*? end -->", text))
+    if others:
+        at = others[-1].end()
+        readme.write_text(text[:at] + "\n\n" + new + text[at:])
+        return "inserted"
+    if anchor(lab) in text:
+        readme.write_text(text.replace(anchor(lab), anchor(lab) + "\n\n" + new, 1))
+        return "inserted"
+    return f"not written: {readme.name} has no `{anchor(lab)}` marker where the table belongs"
