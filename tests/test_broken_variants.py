@@ -1,10 +1,11 @@
-"""Deliberately broken lab 1 submissions get the right verdict, and one broken task never stops
-the others. The variants are edits to the reference solutions (lab1/solutions/broken.py); they
-compile anywhere, and are graded where there is a GPU."""
+"""Deliberately broken submissions get the right verdict, and one broken task never stops the
+others. Every lab with a `labN/solutions/broken.py` lists its variants there, as edits to that
+lab's reference solutions; they compile anywhere, and are graded where there is a GPU."""
 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -16,73 +17,84 @@ from grader.parent import runner
 from grader.records import TaskResult
 from grader.tasks import catalogue
 
-SOLUTIONS = paths.ROOT / "lab1" / "solutions"
 OUT = paths.BUILD / "broken"
 
 
-def _catalogue() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("lab1_broken", SOLUTIONS / "broken.py")
+def _catalogue(lab: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"{lab}_broken", paths.ROOT / lab / "solutions" / "broken.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-if not (SOLUTIONS / "broken.py").exists():
+# the labs that describe broken variants, in lab order
+LABS = [lab.name for lab in paths.labs() if (lab / "solutions" / "broken.py").exists()]
+if not LABS:
     pytest.skip("the broken variants ship with the solutions, not in a student release", allow_module_level=True)
-BROKEN = _catalogue()
+BROKEN = {lab: _catalogue(lab) for lab in LABS}
 
 
-def materialize(name: str) -> Path:
-    v = BROKEN.VARIANTS[name]
-    text = (SOLUTIONS / v.solution).read_text()
+def _each(lists: Callable[[ModuleType], list[str]]) -> list[pytest.ParameterSet]:
+    """(lab, name) for the names `lists` picks from every lab's catalogue, with ids `labN/name`."""
+    return [pytest.param(lab, name, id=f"{lab}/{name}") for lab in LABS for name in lists(BROKEN[lab])]
+
+
+def materialize(lab: str, name: str) -> Path:
+    v = BROKEN[lab].VARIANTS[name]
+    text = (paths.ROOT / lab / "solutions" / v.solution).read_text()
     for old, new in v.edits:
-        assert old in text, f"{name}: the edit no longer applies to {v.solution}: {old!r}"
+        assert old in text, f"{lab}/{name}: the edit no longer applies to {v.solution}: {old!r}"
         text = text.replace(old, new)
-    OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / f"{name}.cu"
+    (OUT / lab).mkdir(parents=True, exist_ok=True)
+    path = OUT / lab / f"{name}.cu"
     path.write_text(f"// BROKEN ON PURPOSE ({v.why})\n{text}")
     return path
 
 
-def test_every_variant_applies_and_compiles():
+@pytest.mark.parametrize("lab", LABS)
+def test_every_variant_applies_and_compiles(lab: str) -> None:
     try:
         toolchain.find_nvcc()
     except toolchain.ToolchainError as e:
         pytest.skip(str(e))
-    results = build.build_all([materialize(n) for n in BROKEN.VARIANTS])
+    results = build.build_all([materialize(lab, n) for n in BROKEN[lab].VARIANTS])
     failed = {paths.rel(s): r.error for s, r in results.items() if not r.ok}
     assert not failed, failed
 
 
-def test_batches_cover_every_variant():
-    graded = [n for batch in BROKEN.BATCHES for n in batch]
-    assert sorted(graded + BROKEN.SANITIZED + BROKEN.HUGE + BROKEN.TIMED) == sorted(BROKEN.VARIANTS)
-    assert sorted(n for n, v in BROKEN.VARIANTS.items() if v.timing) == sorted(BROKEN.TIMED)
-    assert set(BROKEN.AT_BUILD) <= set(graded), "the build-time variants are graded on the GPU too"
+@pytest.mark.parametrize("lab", LABS)
+def test_batches_cover_every_variant(lab: str) -> None:
+    broken = BROKEN[lab]
+    graded = [n for batch in broken.BATCHES for n in batch]
+    assert sorted(graded + broken.SANITIZED + broken.HUGE + broken.TIMED) == sorted(broken.VARIANTS)
+    assert sorted(n for n, v in broken.VARIANTS.items() if v.timing) == sorted(broken.TIMED)
+    assert set(broken.AT_BUILD) <= set(graded), "the build-time variants are graded on the GPU too"
 
 
-def _grade(names: list[str], sanitize: bool, huge: bool = False, timing: str = "off") -> dict[str, TaskResult]:
-    tasks = {Path(t.spec_file).stem.removeprefix("test_"): t for t in catalogue.all_tasks(["lab1"])}
+def _grade(
+    lab: str, names: list[str], sanitize: bool, huge: bool = False, timing: str = "off"
+) -> dict[str, TaskResult]:
+    tasks = {Path(t.spec_file).stem.removeprefix("test_"): t for t in catalogue.all_tasks([lab])}
     chosen = [tasks[n.split(".")[0]] for n in names]
     assert len({t.task_id for t in chosen}) == len(chosen), f"one variant per task in a grading run: {names}"
-    sources = {t.task_id: materialize(n) for t, n in zip(chosen, names, strict=True)}
+    sources = {t.task_id: materialize(lab, n) for t, n in zip(chosen, names, strict=True)}
     timeout = 120 if huge else (60 if timing != "off" else 20)
     opts = runner.Options(timing=timing, sanitize=sanitize, huge=huge, timeout=timeout)
     return dict(zip(names, runner.grade(chosen, opts, sources), strict=True))
 
 
-@pytest.mark.parametrize("name", BROKEN.AT_BUILD)
-def test_build_time_variant_is_caught_without_a_gpu(name: str) -> None:
+@pytest.mark.parametrize(("lab", "name"), _each(lambda broken: broken.AT_BUILD))
+def test_build_time_variant_is_caught_without_a_gpu(lab: str, name: str) -> None:
     """The rules judge what was compiled, after the build and before anything runs: these verdicts
     need nvcc, not a GPU."""
     try:
         toolchain.find_nvcc()
     except toolchain.ToolchainError as e:
         pytest.skip(str(e))
-    v = BROKEN.VARIANTS[name]
-    r = _grade([name], sanitize=False)[name]
-    assert str(r.verdict) in v.verdicts, f"{name}: {r.verdict}: {r.message}"
+    v = BROKEN[lab].VARIANTS[name]
+    r = _grade(lab, [name], sanitize=False)[name]
+    assert str(r.verdict) in v.verdicts, f"{lab}/{name}: {r.verdict}: {r.message}"
     assert v.words.lower() in r.message.lower(), r.message
 
 
@@ -98,25 +110,41 @@ def one_per_task(names: list[str]) -> list[list[str]]:
     return batches
 
 
-@pytest.fixture(scope="module")
-def results() -> dict[str, TaskResult]:
-    if not toolchain.has_gpu():
-        pytest.skip("no NVIDIA GPU: the broken variants can only be run on one")
+def _grade_lab(lab: str) -> dict[str, TaskResult]:
+    """Every variant of `lab`, graded: its batches, the sanitized ones, the huge ones, the timed ones."""
+    broken = BROKEN[lab]
     out: dict[str, TaskResult] = {}
-    for batch in BROKEN.BATCHES:
-        out.update(_grade(batch, sanitize=False))
-    out.update(_grade(BROKEN.SANITIZED, sanitize=True))
-    out.update(_grade(BROKEN.HUGE, sanitize=False, huge=True))
-    for batch in one_per_task(BROKEN.TIMED):  # they game only the timed calls: timing on
-        out.update(_grade(batch, sanitize=False, timing="quick"))
+    for batch in broken.BATCHES:
+        out.update(_grade(lab, batch, sanitize=False))
+    if broken.SANITIZED:
+        out.update(_grade(lab, broken.SANITIZED, sanitize=True))
+    if broken.HUGE:
+        out.update(_grade(lab, broken.HUGE, sanitize=False, huge=True))
+    for batch in one_per_task(broken.TIMED):  # they game only the timed calls: timing on
+        out.update(_grade(lab, batch, sanitize=False, timing="quick"))
     return out
 
 
+@pytest.fixture(scope="module")
+def results() -> Callable[[str], dict[str, TaskResult]]:
+    """A lab's graded variants, by name: each lab is graded once, when its first variant is checked."""
+    if not toolchain.has_gpu():
+        pytest.skip("no NVIDIA GPU: the broken variants can only be run on one")
+    graded: dict[str, dict[str, TaskResult]] = {}
+
+    def of(lab: str) -> dict[str, TaskResult]:
+        if lab not in graded:
+            graded[lab] = _grade_lab(lab)
+        return graded[lab]
+
+    return of
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", sorted(BROKEN.VARIANTS))
-def test_broken_variant_is_caught(name: str, results: dict[str, TaskResult]) -> None:
-    v = BROKEN.VARIANTS[name]
-    r = results[name]
-    assert str(r.verdict) in v.verdicts, f"{name}: {r.verdict}: {r.message}"
+@pytest.mark.parametrize(("lab", "name"), _each(lambda broken: sorted(broken.VARIANTS)))
+def test_broken_variant_is_caught(lab: str, name: str, results: Callable[[str], dict[str, TaskResult]]) -> None:
+    v = BROKEN[lab].VARIANTS[name]
+    r = results(lab)[name]
+    assert str(r.verdict) in v.verdicts, f"{lab}/{name}: {r.verdict}: {r.message}"
     assert v.words.lower() in r.message.lower(), r.message
-    print(f"{name}: {r.verdict}: {r.message.splitlines()[0] if r.message else ''}")
+    print(f"{lab}/{name}: {r.verdict}: {r.message.splitlines()[0] if r.message else ''}")
