@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from grader.tasks import catalogue  # noqa: E402
+from grader.tests.variants import processes_with  # noqa: E402
 from lab1.solutions.broken import HUGE, SANITIZED, TIMED, VARIANTS  # noqa: E402
 
 SAXPY = "03_saxpy.cu"
@@ -171,17 +172,6 @@ def checkout_state() -> str:
     ).stdout
 
 
-def alive(tag: str) -> list[int]:
-    pids = []
-    for d in Path("/proc").iterdir():
-        try:
-            if d.name.isdigit() and tag.encode() in (d / "cmdline").read_bytes():
-                pids.append(int(d.name))
-        except OSError:
-            pass
-    return pids
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True, help="the submissions go to OUT/subs, the gradebook to OUT/book")
@@ -226,9 +216,9 @@ def main() -> int:
     if Path(f"/tmp/PWNED-{tag}").exists():
         problems.append(f"/tmp/PWNED-{tag} was written")
     deadline = time.time() + 10
-    while alive(tag) and time.time() < deadline:
+    while processes_with(tag) and time.time() < deadline:
         time.sleep(0.5)
-    for pid in alive(tag):
+    for pid in processes_with(tag):
         problems.append(f"process {pid} left by hostile-daemon is alive")
         os.kill(pid, 9)
     try:

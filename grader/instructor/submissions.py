@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader import paths
-from grader.parent import sandbox
 from grader.tasks import catalogue
 from grader.tasks.spec import Task
 
@@ -167,7 +166,6 @@ def intake(origin: str, name: str, scratch: Path) -> Submission:
             sub.ignored.append(f"added {rel}: ignored")
         elif _linked(root, rel) or mine.read_bytes() != (root / rel).read_bytes():
             sub.ignored.append(f"changed {rel}: ignored")
-    sandbox.share_for_reading(scratch)
     return sub
 
 

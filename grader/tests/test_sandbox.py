@@ -26,7 +26,7 @@ import pytest
 
 from grader import paths
 from grader.parent import sandbox
-from grader.tests.variants import materialize
+from grader.tests.variants import materialize, processes_with
 
 FIXTURE = Path(__file__).parent / "fixtures" / "python"
 SPEC = FIXTURE / "tests" / "test_92_tinystats.py"
@@ -164,17 +164,6 @@ for _p in {[str(t) for t in targets]!r}:
     assert not any(t.exists() for t in targets[1:])
 
 
-def _alive(tag: str) -> list[int]:
-    pids = []
-    for d in Path("/proc").iterdir():
-        try:
-            if d.name.isdigit() and tag.encode() in (d / "cmdline").read_bytes():
-                pids.append(int(d.name))
-        except OSError:
-            pass
-    return pids
-
-
 @needs_namespaces
 def test_a_process_left_behind_dies_with_its_task() -> None:
     tag = f"outlive-{uuid.uuid4().hex}"
@@ -191,11 +180,11 @@ _FOUND = ["left two behind"]
     try:
         found(grade(hostile("outlive", code), "s", sandboxed=True))
         deadline = time.time() + 10
-        while _alive(tag) and time.time() < deadline:
+        while processes_with(tag) and time.time() < deadline:
             time.sleep(0.2)
-        assert not _alive(tag), "a process the task left behind is still running"
+        assert not processes_with(tag), "a process the task left behind is still running"
     finally:
-        for pid in _alive(tag):
+        for pid in processes_with(tag):
             os.kill(pid, 9)
 
 

@@ -5,10 +5,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from grader import paths
 
 Edits = Sequence[tuple[str, str]]  # (text in the working file, what replaces it)
+
+
+class Variant(NamedTuple):
+    """A broken variant of a lab's reference solution (labN/solutions/broken.py) and the verdict
+    the grader must give it (tests/test_broken_variants.py)."""
+
+    solution: str  # file in labN/solutions/
+    edits: list[tuple[str, str]]  # (text in the solution, what replaces it)
+    verdicts: set[str]  # any of these is right
+    words: str  # the message must contain this (case-insensitive)
+    why: str
+    huge: bool = False  # caught only by the cases past 2^31 elements (make grade)
+    timing: bool = False  # caught only when the timed calls run: graded with timing on (see TIMED)
 
 
 def materialize(base: Path, edits: Edits, name: str, why: str) -> Path:
@@ -26,3 +40,15 @@ def materialize(base: Path, edits: Edits, name: str, why: str) -> Path:
     if not out.exists() or out.read_text() != text:  # unchanged files keep their build caches warm
         out.write_text(text)
     return out
+
+
+def processes_with(tag: str) -> list[int]:
+    """The processes whose command line holds `tag`: what a hostile variant left running."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and tag.encode() in (d / "cmdline").read_bytes():
+                pids.append(int(d.name))
+        except OSError:
+            pass
+    return pids

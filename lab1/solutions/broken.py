@@ -7,18 +7,7 @@ that an edit no longer applies, the test says so instead of grading a stale copy
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
-
-class Variant(NamedTuple):
-    solution: str  # file in lab1/solutions/
-    edits: list[tuple[str, str]]  # (text in the solution, what replaces it)
-    verdicts: set[str]  # any of these is right
-    words: str  # the message must contain this (case-insensitive)
-    why: str
-    huge: bool = False  # caught only by the cases past 2^31 elements (make grade)
-    timing: bool = False  # caught only when the timed calls run: graded with timing on (see TIMED)
-
+from grader.tests.variants import Variant
 
 SAXPY_BODY = "    if (i < n) out[i] = alpha * x[i] + y[i];"
 
