@@ -168,8 +168,9 @@ def _needed() -> list[Path]:
 
 
 def _first_closed(p: Path) -> Path | None:
-    """The outermost folder above `p` that other users cannot pass through (a private home)."""
-    for a in reversed(p.parents):
+    """The outermost folder on the way to `p`, `p` included, that other users cannot pass
+    through (a private home, or a checkout made by `mktemp -d`)."""
+    for a in [*reversed(p.parents), *([p] if p.is_dir() else [])]:
         if not a.stat().st_mode & 0o001:
             return a
     return None
@@ -183,8 +184,9 @@ def _expose(needed: list[Path], stage: Path) -> None:
         closed: dict[Path, set[str]] = {}
         for p in needed:
             a = _first_closed(p)
-            if a is not None:
-                closed.setdefault(a, set()).add(p.relative_to(a).parts[0])
+            if a is not None:  # what lies under it on the way to p; all of it when p is the closed one
+                below = p.relative_to(a).parts[:1] or os.listdir(a)
+                closed.setdefault(a, set()).update(below)
         if not closed:
             return
         for folder, names in closed.items():
