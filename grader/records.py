@@ -200,6 +200,16 @@ class TaskResult:
     def task_id(self) -> str:
         return f"{self.lab}/{self.number}"
 
+    def headline(self) -> str:
+        """The message in one line, for summaries: its first line, and for a grader error (whose
+        message is a traceback) the exception at its end as well."""
+        lines = [x for x in (self.message or "").strip().splitlines() if x.strip()]
+        if not lines:
+            return ""
+        if self.verdict == Verdict.GRADER_ERROR and len(lines) > 1:
+            return f"{lines[0].rstrip(':')}: {lines[-1].strip()}"
+        return lines[0]
+
     def to_dict(self) -> dict[str, Any]:
         d = to_jsonable(self)
         d["task"] = self.task_id

@@ -77,20 +77,53 @@ class Subject:
     check: Callable[[int], object] | None = None
 
 
+# How long the stream is held before each start event: about 50 µs at a 2 GHz SM clock, longer
+# than the host needs to queue the event, the call (through ctypes) and the end event. Without
+# it, a short call is timed from an idle GPU: the start event fires at once and the interval
+# measures the host's launch latency, which differs between a student's ctypes call and torch's
+# C++ baseline, instead of the GPU's work.
+HOLD_CYCLES = 100_000
+
+
+def hold() -> None:
+    """Keep the current stream busy for HOLD_CYCLES so that what is queued next runs back to back."""
+    import torch
+
+    torch.cuda._sleep(HOLD_CYCLES)
+
+
+class Flush:
+    """Evicts from L2 what the previous repetition left there, by reading (not writing) a buffer
+    twice L2's size. A write would leave L2 full of dirty lines, whose write-back the next timed
+    call would pay for; after a read, what L2 holds is clean and evicted for free. The previous
+    repetition's own dirty lines (its outputs, the poison) are written back here, untimed, which
+    is why a timed call may leave up to L2's size of writes in L2 (`Limits.dram_ceiling`)."""
+
+    def __init__(self) -> None:
+        import torch
+
+        l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
+        self.buf = torch.ones(max(2 * l2, 1 << 20) // 4, dtype=torch.int32, device="cuda")
+        self.out = torch.empty((), dtype=torch.int64, device="cuda")
+        self.torch = torch
+
+    def __call__(self) -> None:
+        self.torch.sum(self.buf, dim=0, out=self.out)
+
+
 class Timer:
     def __init__(self, host: bool = False) -> None:
         import torch
 
         self.torch = torch
         self.host = host  # host-pointer tasks include their copies: a wall clock is the honest timer
-        l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
-        self.flush_buf = torch.empty(max(2 * l2, 1 << 20) // 4, dtype=torch.int32, device="cuda")
+        self.flush = Flush()
 
     def _once(self, subject: Subject, rep: int) -> float:
         torch = self.torch
         if subject.prepare is not None:
             subject.prepare(rep)
-        self.flush_buf.fill_(0x1234)  # evicts the previous repetition's data (and the poison) from L2
+        self.flush()
         if self.host:
             torch.cuda.synchronize()
             t0 = time.perf_counter()
@@ -101,6 +134,7 @@ class Timer:
                 subject.check(rep)
             return ms
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        hold()
         start.record()
         subject.run(rep)
         end.record()
@@ -251,13 +285,18 @@ def read_bandwidth_gbps(nbytes: int = 1 << 28) -> float:
 
 
 def _median_ms(fn: Callable[[], object], warm: int = 3, reps: int = 15) -> float:
+    """`fn` timed as the Timer times a task's call (flushed L2, held stream), so that shares of
+    these bandwidths compare like with like."""
     import torch
 
+    flush = Flush()
     for _ in range(warm):
         fn()
     times = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        flush()
+        hold()
         start.record()
         fn()
         end.record()

@@ -84,12 +84,13 @@ def bench(
         for line in scoring.perf_report(t, r) if r.verdict == Verdict.PASS else []:
             say(f"{t.task_id}: {line}")
         if r.verdict not in (Verdict.PASS, Verdict.SKIPPED):
+            line = r.headline()
+            say(f"{t.task_id}: {r.verdict}{': ' + line if line else ''}")
             rc = 1
     for t in with_ladder:
         r = results[t.task_id]
         if r.verdict != Verdict.PASS:
-            first = (r.message or "").strip().splitlines()[:1]
-            say(f"{t.task_id}: {r.verdict}{': ' + first[0] if first else ''}; its ladder table is left as it was")
+            say(f"{t.task_id}: its {t.ladder.name} table is left as it was")  # type: ignore[union-attr]
             rc = 1
             continue
         rows = [x for x in r.timings if x.ladder]

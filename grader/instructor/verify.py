@@ -45,10 +45,10 @@ def gate_problems(task: Task, result: TaskResult) -> list[str]:
     problems = []
     for target in (p for p in task.perf if p.gate):
         if result.verdict != Verdict.PASS:
-            first = (result.message or "").strip().splitlines()[:1]
+            line = result.headline()
             problems.append(
                 f"{task.task_id}: gate {target.entry} {target.metric} not checked: the timed solution got "
-                f"{result.verdict}" + (f": {first[0]}" if first else "")
+                f"{result.verdict}" + (f": {line}" if line else "")
             )
             continue
         value = scoring.metric(result, target)
@@ -121,9 +121,7 @@ def verify(labs: list[str], say: callable) -> int:  # type: ignore[valid-type]
             f"{('✓ ' if ok_sol else '✗ ') + r_text:<22}  {'✓' if not cal else '✗'}"
         )
         if not ok_skel:
-            problems.append(
-                f"{t.task_id}: the skeleton should fail but got {s.verdict}: {(s.message or ' ').splitlines()[0]}"
-            )
+            problems.append(f"{t.task_id}: the skeleton should fail but got {s.verdict}: {s.headline()}")
         if not ok_sol:
             problems.append(f"{t.task_id}: the solution should pass but got {r.verdict}: {r.message}")
         problems += cal

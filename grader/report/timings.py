@@ -51,7 +51,7 @@ def rows(results: Sequence[TaskResult]) -> list[str]:
             continue
         for t in timed:
             vs = f"{t.speedup:.2f}× {t.baseline}" if t.speedup is not None else "–"
-            copy = f"{t.share_of_copy:.0%}" if t.share_of_copy is not None else "–"
+            copy = "–" if t.share_of_copy is None else "<1%" if t.share_of_copy < 0.005 else f"{t.share_of_copy:.0%}"
             out.append(f"| {r.task_id} `{t.entry}` ({t.case}) | {_ms(t.median_ms)} | {vs} | {copy} |")
     return out
 

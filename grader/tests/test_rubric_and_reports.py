@@ -50,3 +50,13 @@ def test_performance_report_names_value_target_and_points():
     assert "saxpy reached 90% of the copy bandwidth (target 80%): +2 points" in line
     (line,) = perf_report(task(), result(Verdict.WRONG, 0.9))
     assert line.endswith("no performance points")
+
+
+def test_headline_of_a_grader_error_names_the_exception() -> None:
+    from grader.records import TaskResult, Verdict
+
+    tb = "internal grader error (please report it):\nTraceback (most recent call last):\n  File x\nTypeError: sum() bad\n"
+    r = TaskResult("lab9", "01", "t", "s.cu", Verdict.GRADER_ERROR, tb)
+    assert r.headline() == "internal grader error (please report it): TypeError: sum() bad"
+    assert TaskResult("lab9", "01", "t", "s.cu", Verdict.WRONG, "3 of 8 wrong\ndetail").headline() == "3 of 8 wrong"
+    assert TaskResult("lab9", "01", "t", "s.cu", Verdict.WRONG, "").headline() == ""
