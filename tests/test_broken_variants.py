@@ -13,9 +13,9 @@ import pytest
 
 from grader import paths, toolchain
 from grader.build import nvcc as build
-from grader.parent import runner
+from grader.parent import runner, scoring
 from grader.records import TaskResult
-from grader.tasks import catalogue
+from grader.tasks import Task, catalogue
 
 OUT = paths.BUILD / "broken"
 
@@ -72,11 +72,16 @@ def test_batches_cover_every_variant(lab: str) -> None:
     assert set(broken.AT_BUILD) <= set(graded), "the build-time variants are graded on the GPU too"
 
 
+def _task(lab: str, name: str) -> Task:
+    """The task a variant (`NN_name.what`) breaks."""
+    tasks = {Path(t.spec_file).stem.removeprefix("test_"): t for t in catalogue.all_tasks([lab])}
+    return tasks[name.split(".")[0]]
+
+
 def _grade(
     lab: str, names: list[str], sanitize: bool, huge: bool = False, timing: str = "off"
 ) -> dict[str, TaskResult]:
-    tasks = {Path(t.spec_file).stem.removeprefix("test_"): t for t in catalogue.all_tasks([lab])}
-    chosen = [tasks[n.split(".")[0]] for n in names]
+    chosen = [_task(lab, n) for n in names]
     assert len({t.task_id for t in chosen}) == len(chosen), f"one variant per task in a grading run: {names}"
     sources = {t.task_id: materialize(lab, n) for t, n in zip(chosen, names, strict=True)}
     timeout = 120 if huge else (60 if timing != "off" else 20)
@@ -147,4 +152,8 @@ def test_broken_variant_is_caught(lab: str, name: str, results: Callable[[str], 
     r = results(lab)[name]
     assert str(r.verdict) in v.verdicts, f"{lab}/{name}: {r.verdict}: {r.message}"
     assert v.words.lower() in r.message.lower(), r.message
+    if v.perf_points is not None:  # a slow kernel that is right: the timing, not the verdict, must tell
+        task = _task(lab, name)
+        earned = scoring.score(task, r)[0] - task.points
+        assert earned == v.perf_points, f"{lab}/{name}: {earned:g} performance points, expected {v.perf_points:g}"
     print(f"{lab}/{name}: {r.verdict}: {r.message.splitlines()[0] if r.message else ''}")

@@ -55,7 +55,8 @@ def test_performance_report_names_value_target_and_points():
 def test_headline_of_a_grader_error_names_the_exception() -> None:
     from grader.records import TaskResult, Verdict
 
-    tb = "internal grader error (please report it):\nTraceback (most recent call last):\n  File x\nTypeError: sum() bad\n"
+    tb = "internal grader error (please report it):\nTraceback (most recent call last):\n  File x\n"
+    tb += "TypeError: sum() bad\n"
     r = TaskResult("lab9", "01", "t", "s.cu", Verdict.GRADER_ERROR, tb)
     assert r.headline() == "internal grader error (please report it): TypeError: sum() bad"
     assert TaskResult("lab9", "01", "t", "s.cu", Verdict.WRONG, "3 of 8 wrong\ndetail").headline() == "3 of 8 wrong"

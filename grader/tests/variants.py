@@ -23,6 +23,7 @@ class Variant(NamedTuple):
     why: str
     huge: bool = False  # caught only by the cases past 2^31 elements (make grade)
     timing: bool = False  # caught only when the timed calls run: graded with timing on (see TIMED)
+    perf_points: float | None = None  # the performance points it must earn (a slow `pass`: 0); needs timing
 
 
 def materialize(base: Path, edits: Edits, name: str, why: str) -> Path:
