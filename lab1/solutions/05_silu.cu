@@ -33,7 +33,7 @@ __global__ void silu_kernel(const float* __restrict__ x, float* __restrict__ y, 
 // TODO(lab1/05) end
 
 COURSE_API cudaError_t silu(const float* x, float* y, size_t n) {
-    // TODO(lab1/05) begin: the whole host side: n == 0 succeeds at once; device buffers, both copies and a launch of your choosing; every runtime call and the launch checked; every buffer freed on every exit path, a failure after the first allocation included, and y untouched when it fails; see §4.2, §4.5, §4.6 (clean-up) and §5.6; about 25 lines; try n = 0, 1, 1000 and an n too large to allocate.
+    // TODO(lab1/05) begin: the whole host side: n == 0 succeeds at once; device buffers, both copies and a launch of your choosing; every runtime call and the launch checked; every buffer freed on every exit path, a failure after the first allocation included, and y untouched when an allocation fails; see §4.2, §4.5, §4.6 (clean-up) and §5.6; about 25 lines; try n = 0, 1, 1000 and an n too large to allocate.
     if (n == 0) return cudaSuccess;
     // n * sizeof(float) must not wrap around to a small size that would then "succeed".
     if (n > SIZE_MAX / sizeof(float)) return cudaErrorMemoryAllocation;
