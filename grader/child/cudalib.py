@@ -72,7 +72,7 @@ def check_outputs(task: CudaTask, entry: Entry, outs: dict[str, Guarded], expect
         fence = g.fence_report()
         if fence:
             raise CheckFailure(Verdict.WRONG, f"`{arg.name}`: wrote out of bounds during {where}: {fence}")
-        atol, rtol = task.tol(arg.dtype)
+        atol, rtol = task.tol(arg.dtype, entry)
         nw = g.never_written() if arg.role == "out" else None
         report = judge(arg.name, g.data, expected[arg.name].to(g.data.device), atol, rtol, nw)
         if report:

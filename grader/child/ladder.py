@@ -63,7 +63,7 @@ def draw(task: CudaTask, entries: Sequence[Entry], case: Case, k: int) -> Datase
         shapes = task.shapes(inputs, ref)
         bounds[e.symbol] = {
             b.name: timing.Bounds.of(
-                ref[b.name].to("cpu" if b.host else "cuda"), b.dtype, *task.tol(b.dtype), shapes[b.name]
+                ref[b.name].to("cpu" if b.host else "cuda"), b.dtype, *task.tol(b.dtype, e), shapes[b.name]
             )
             for b in e.buffers()
             if b.role != "in"

@@ -49,7 +49,7 @@ def calibrate(task: Task) -> list[str]:
             expected = entry.reference(clone_values(inputs))
             shapes = task.shapes(inputs, expected)
             for out in entry.buffers("out") + entry.buffers("inout"):
-                atol, rtol = task.tol(out.dtype)
+                atol, rtol = task.tol(out.dtype, entry)
                 ref = expected[out.name].reshape(shapes[out.name])
                 exact = ref.to(torch_dtype(out.dtype))
                 if judge(out.name, exact, ref, atol, rtol, None) is not None:

@@ -80,8 +80,9 @@ def check_source(task: Task, source: str, where: str) -> StaticOutcome:
     for rule in task.rules:
         if rule.compiled:
             continue  # judged on the build: check_build
-        # includes live inside <> or "", so the library rule reads the comment-free code as is
-        text = code if "include" in rule.pattern else code_no_strings
+        # includes live inside <> or "", and inline PTX inside asm strings: such rules read the
+        # comment-free code with its strings
+        text = code if rule.strings or "include" in rule.pattern else code_no_strings
         found = re.search(rule.pattern, text)
         if rule.kind == "forbid" and found:
             line = text[: found.start()].count("\n") + 1

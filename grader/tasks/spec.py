@@ -10,7 +10,7 @@ the task process pays for torch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -112,6 +112,7 @@ class Entry:
     bytes_moved: Callable[[Values], float] | None = None
     flops: Callable[[Values], float] | None = None
     flop_peak: str = "fp32"  # the FLOP/s limit a timing figure must stay under: fp32 (CUDA cores) | tensor
+    tolerance: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # this entry's own, over the task's
 
     def buffers(self, role: Role | None = None) -> list[Buffer]:
         return [a for a in self.args if isinstance(a, Buffer) and (role is None or a.role == role)]
@@ -162,6 +163,7 @@ class Rule:
     kind: Literal["forbid", "require", "no_libraries", "shared_memory", "barrier"]
     pattern: str
     why: str
+    strings: bool = False  # forbid/require also read string literals (inline PTX lives in asm strings)
 
     @property
     def compiled(self) -> bool:
@@ -251,7 +253,11 @@ class CudaTask(Task):
     include_packages: Sequence[str] = ()
     ladder: Ladder | None = None  # rungs timed side by side over a sweep (grader/tasks/ladder.py)
 
-    def tol(self, dtype: str) -> tuple[float, float]:
+    def tol(self, dtype: str, entry: Entry | None = None) -> tuple[float, float]:
+        """(atol, rtol) for outputs of `dtype`: the entry's own where it declares one, else the task's,
+        else the default."""
+        if entry is not None and dtype in entry.tolerance:
+            return entry.tolerance[dtype]
         return self.tolerance.get(dtype, DEFAULT_TOLERANCE[dtype])
 
     def entry(self, symbol: str) -> Entry:

@@ -54,6 +54,16 @@ def test_a_source_rule_still_judges_the_text():
     assert check_source(task(malloc), "void f() { cudaMalloc(&p, 4); }", "f.cu").verdict is None
 
 
+def test_a_rule_that_reads_strings_sees_inline_ptx_but_not_comments():
+    fma = Rule("require", r"asm\s*\(\s*\"fma\.rn\.f32", "fma as inline PTX", strings=True)
+    asm = 'float f(float a) { float d; asm("fma.rn.f32 %0, %1, %1, %1;" : "=f"(d) : "f"(a)); return d; }'
+    assert check_source(task(fma), asm, "f.cu").verdict is None
+    commented = '// asm("fma.rn.f32 %0, %1, %1, %1;")\nfloat f(float a) { return a * a + a; }'
+    assert check_source(task(fma), commented, "f.cu").verdict == Verdict.RULE
+    plain = Rule("require", r"asm\s*\(\s*\"fma\.rn\.f32", "fma as inline PTX")  # strings blanked
+    assert check_source(task(plain), asm, "f.cu").verdict == Verdict.RULE
+
+
 def test_the_compiled_rules_leave_the_text_alone():
     text = "#include <cublas_v2.h>\n__global__ void k() {}"
     for rule in (NO_LIBRARIES, uses_shared_memory("x"), uses_syncthreads("x")):

@@ -1,0 +1,263 @@
+// Lab 2 · Task 12 — The scan ladder: three ways to compute prefix sums
+//
+// Implement: the three rungs of the chapter's scan ladder, each an inclusive prefix sum
+//            out[i] = in[0] + ... + in[i] over the whole array.
+//            Rungs 1 and 2 scan in three phases: a kernel scans every block's tile in shared
+//            memory and writes the tile's total, the totals are scanned (by the same code, one
+//            level up), and add_block_offsets_kernel adds to every tile the sum of the tiles
+//            before it. You write scan_hillis_steele_kernel (rung 1: the naive doubling scan,
+//            double-buffered, one element per thread), scan_blelloch_kernel (rung 2: the
+//            work-efficient up-sweep and down-sweep, two elements per thread) and
+//            add_block_offsets_kernel; the host code that chains the phases is given.
+//            Rung 3 reads and writes every element once, in one kernel: tile_scan (16 elements
+//            per thread in registers, warp shuffles, the warps' totals), look_back (the sum of
+//            all tiles before this one, from what earlier blocks published) and the body of
+//            scan_single_pass_kernel. Its host code and the publish/wait helpers are given.
+// Contract:  in is a DEVICE float32 array of n elements (read-only; 4-byte aligned, not
+//            necessarily 16-byte aligned), out a DEVICE float32 array of n elements that does
+//            not overlap in. 1 <= n < 2^32. On return (after synchronization)
+//            out[i] = in[0] + ... + in[i], added in float32 (rung 3 carries the sums of whole
+//            tiles in float64). Kernels run on the default stream; each entry point returns the
+//            first error met and does not synchronize (except when a scratch buffer grows).
+// Test:      make test-lab2 TASK=12
+
+#include "course.h"
+
+#include <cstddef>
+#include <cstdint>
+
+constexpr int WARP = 32;
+
+// Shared-memory index with one padding word after every 32. Threads that access words 32 (or a
+// multiple of 32) apart hit the same bank; with the padding, word i sits in bank (i + i / 32) % 32,
+// so such strides spread over the banks. Used by rung 2's tree (optional) and rung 3's tile.
+__device__ __forceinline__ unsigned padded(unsigned i) { return i + i / WARP; }
+
+// ---------------------------------------------------------------------------------------------
+// Rungs 1 and 2: scan each tile, scan the tiles' totals, add them back.
+// A block-scan kernel scans its tile of `in` (elements past `count` count as 0) into `out`
+// (inclusive, local to the tile) and, when block_sums is not null, writes the tile's total to
+// block_sums[blockIdx.x].
+// ---------------------------------------------------------------------------------------------
+
+constexpr int HS_THREADS = 512;  // rung 1: one element per thread, tiles of 512
+constexpr int BL_THREADS = 512;  // rung 2: two elements per thread, tiles of 1024
+constexpr int BL_TILE = 2 * BL_THREADS;
+constexpr int ADD_THREADS = 256;
+
+// Rung 1 · Hillis–Steele. At step k every element adds the one 2^k places before it: after
+// log2(512) = 9 steps element t holds the sum of elements 0..t of its tile. O(T log T) additions.
+__global__ void scan_hillis_steele_kernel(const float* __restrict__ in, float* __restrict__ out,
+                                          float* __restrict__ block_sums, size_t count) {
+    // TODO(lab2/12) begin: the tile's inclusive scan into out (elements past count are not written) and, when block_sums is not null, the tile's total into block_sums[blockIdx.x]: one element per thread in shared memory; at each step (offset 1, 2, 4, ... below blockDim.x) every thread adds the element offset places before its own, reading one buffer and writing the other, so no thread overwrites a value another still has to read; see the chapter's scan ladder, rung 1; about 15 lines; try n = 1, 33, 512 and 513.
+    // TODO(lab2/12) end
+}
+
+// Rung 2 · Blelloch. An up-sweep builds the tree of partial sums in place, a down-sweep turns it
+// into the exclusive scan: 2 (T - 1) additions for the whole tile instead of T log2 T.
+__global__ void scan_blelloch_kernel(const float* __restrict__ in, float* __restrict__ out,
+                                     float* __restrict__ block_sums, size_t count) {
+    // TODO(lab2/12) begin: the same result as rung 1 for a tile of 2 * blockDim.x elements, each thread loading two of them blockDim.x apart; up-sweep (each level adds the left half's sum into the right half's last element, half as many threads as the level before), keep the root (the tile's total), set it to 0, down-sweep (each node hands its value to its left child and its value plus the left child's old value to its right child): that gives the exclusive scan, and each element added back gives the inclusive one; padded() avoids the tree's bank conflicts; see the chapter's scan ladder, rung 2; about 35 lines; try n = 1, 2, 1024 and 1025.
+    // TODO(lab2/12) end
+}
+
+// Phase 3 of rungs 1 and 2. offsets is the inclusive scan of the tiles' totals, so offsets[b - 1]
+// is the sum of every element before tile b. Launched with one block per tile from tile 1 on.
+__global__ void add_block_offsets_kernel(float* __restrict__ out, const float* __restrict__ offsets,
+                                         size_t count, unsigned tile) {
+    // TODO(lab2/12) begin: add to every element of tile blockIdx.x + 1 (tile elements, tile may be larger than blockDim.x, the last tile may be partial) the sum of all the tiles before it; see the chapter's scan ladder, the three phases; about 6 lines; try n = 513, 1025 and 2^20 + 3.
+    // TODO(lab2/12) end
+}
+
+// Device buffers kept from call to call. One grows when a larger n needs more: only the first
+// call at a new largest size allocates, so the timed calls (after warm-up) pay for no cudaMalloc.
+// Before the old buffer is freed the device is synchronized, because kernels still queued may be
+// using it. New memory is zeroed, which rung 3's flags rely on.
+struct Scratch {
+    void* data = nullptr;
+    size_t bytes = 0;
+};
+
+static cudaError_t reserve(Scratch& scratch, size_t bytes, void** buffer) {
+    if (bytes > scratch.bytes) {
+        if (scratch.data != nullptr) {
+            CUDA_CHECK(cudaDeviceSynchronize());
+            CUDA_CHECK(cudaFree(scratch.data));
+            scratch.data = nullptr;
+            scratch.bytes = 0;
+        }
+        CUDA_CHECK(cudaMalloc(&scratch.data, bytes));
+        CUDA_CHECK(cudaMemset(scratch.data, 0, bytes));
+        scratch.bytes = bytes;
+    }
+    *buffer = scratch.data;
+    return cudaSuccess;
+}
+
+using BlockScan = void (*)(const float*, float*, float*, size_t);
+
+struct Rung {
+    BlockScan kernel;
+    unsigned threads;  // per block
+    unsigned tile;     // elements per block
+};
+
+// Floats of scratch a scan of `count` values needs: every level with more than one tile keeps
+// the tiles' totals and their scan; the level above works on the totals.
+static size_t scratch_floats(size_t count, unsigned tile) {
+    size_t floats = 0;
+    for (size_t tiles = (count + tile - 1) / tile; tiles > 1; tiles = (tiles + tile - 1) / tile)
+        floats += 2 * tiles;
+    return floats;
+}
+
+// out = inclusive scan of in[0..count). One tile: one block does it all. More: scan each tile and
+// keep the totals, scan the totals the same way (a level up: tile times fewer values), add them
+// back. For n < 2^32 there are at most 4 levels.
+static cudaError_t scan_level(const Rung& rung, const float* in, float* out, size_t count, float* scratch) {
+    const size_t tiles = (count + rung.tile - 1) / rung.tile;
+    if (tiles == 1) {
+        rung.kernel<<<1, rung.threads>>>(in, out, nullptr, count);
+        return cudaGetLastError();
+    }
+    float* totals = scratch;           // (tiles,) the sum of each tile
+    float* offsets = scratch + tiles;  // (tiles,) their inclusive scan
+    rung.kernel<<<(unsigned)tiles, rung.threads>>>(in, out, totals, count);
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(scan_level(rung, totals, offsets, tiles, scratch + 2 * tiles));
+    add_block_offsets_kernel<<<(unsigned)(tiles - 1), ADD_THREADS>>>(out, offsets, count, rung.tile);
+    return cudaGetLastError();
+}
+
+static Scratch partial_sums;  // rungs 1 and 2
+
+static cudaError_t scan_three_phase(const Rung& rung, const float* in, float* out, size_t n) {
+    float* scratch = nullptr;
+    const size_t floats = scratch_floats(n, rung.tile);
+    if (floats > 0) {
+        void* buffer = nullptr;
+        CUDA_CHECK(reserve(partial_sums, floats * sizeof(float), &buffer));
+        scratch = static_cast<float*>(buffer);
+    }
+    return scan_level(rung, in, out, n, scratch);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rung 3: one pass. Each block scans a tile of 8192 elements, learns the sum of all the tiles
+// before it from what the earlier blocks published (decoupled look-back), and writes its tile.
+// ---------------------------------------------------------------------------------------------
+
+constexpr int SP_THREADS = 512;
+constexpr int ITEMS = 16;                 // consecutive elements per thread, scanned in registers
+constexpr int TILE = SP_THREADS * ITEMS;  // 8192 elements per block
+constexpr int SP_WARPS = SP_THREADS / WARP;
+
+// What each tile publishes for the tiles after it, in one call. flag[t] is 2 * epoch once
+// aggregate[t] (the sum of tile t's own elements) is written, 2 * epoch + 1 once inclusive[t] (the
+// sum of every element up to the end of tile t) is. epoch counts the calls, so a flag left by an
+// earlier call reads as "nothing yet" and the flags never need clearing. The sums of whole tiles
+// are kept in float64: see the chapter for why (error, and run-to-run reproducibility).
+struct TileStatus {
+    unsigned* ticket;   // the next tile to hand out
+    unsigned* flag;     // (tiles,)
+    float* aggregate;   // (tiles,)
+    double* inclusive;  // (tiles,)
+};
+
+// Hands out tiles in the order blocks start (0, 1, 2, ...), whatever their blockIdx. A block then
+// only ever waits for tiles held by blocks that are already running, which will finish: with
+// blockIdx order a block could wait for a block the hardware has not started, and that block
+// for a free SM, forever. The block that draws the last ticket resets the counter for the next
+// call (every other block has drawn its ticket by then). Called by every thread.
+__device__ unsigned draw_tile(TileStatus status) {
+    __shared__ unsigned tile;
+    if (threadIdx.x == 0) {
+        tile = atomicAdd(status.ticket, 1u);
+        if (tile == gridDim.x - 1) atomicExch(status.ticket, 0u);
+    }
+    __syncthreads();
+    return tile;
+}
+
+// Writes a value, then the flag that announces it. The fence orders the two for every other
+// block: one that reads the flag and then fences (wait_for_flag) sees the value too. volatile
+// makes every access a real one, to L2, never a stale copy in a register or in L1.
+template <typename T>
+__device__ __forceinline__ void publish(T* slot, T value, unsigned* flag, unsigned state) {
+    *(volatile T*)slot = value;
+    __threadfence();
+    *(volatile unsigned*)flag = state;
+}
+
+// Spins until the tile behind `flag` has published something in this call (state 2 * epoch or
+// 2 * epoch + 1) and returns that state. Each waiting lane runs this on its own.
+__device__ __forceinline__ unsigned wait_for_flag(const unsigned* flag, unsigned epoch) {
+    unsigned state;
+    do {
+        state = *(const volatile unsigned*)flag;
+    } while (state / 2 != epoch);
+    __threadfence();
+    return state;
+}
+
+template <typename T>
+__device__ __forceinline__ T read_published(const T* slot) {
+    return *(const volatile T*)slot;
+}
+
+// The tile starts at `in` and has `valid` elements (1..TILE; the rest count as 0). On return
+// v[k] is the inclusive prefix, within the tile, of tile element threadIdx.x * ITEMS + k, and the
+// function returns the tile's total to every thread. stage and warp_totals are shared memory.
+__device__ float tile_scan(const float* __restrict__ in, unsigned valid, float (&v)[ITEMS],
+                           float (&stage)[TILE + TILE / WARP], float (&warp_totals)[SP_WARPS]) {
+    // TODO(lab2/12) begin: load the tile coalesced (at step k the block reads SP_THREADS consecutive floats) into stage, then give each thread its ITEMS consecutive elements in v (padded() keeps those reads free of bank conflicts); scan them sequentially in registers; scan the 32 thread totals of each warp with __shfl_up_sync; combine the warps' totals through warp_totals (one barrier); add to every v[k] what comes before the thread in the tile; return the tile's total; see the chapter's scan ladder, rung 3; about 40 lines; try n = 1, 16, 17, 8192 and 8193.
+    return 0.0f;  //~
+    // TODO(lab2/12) end
+}
+
+// Called by all 32 lanes of the block's first warp once the tile's total (aggregate) is known.
+// Publishes it for the tiles after this one, gathers the totals of the tiles before it, publishes
+// this tile's inclusive prefix and returns the sum of every element before the tile (0 for tile 0).
+__device__ double look_back(TileStatus status, unsigned tile, float aggregate, unsigned epoch) {
+    // TODO(lab2/12) begin: tile 0 publishes its inclusive prefix at once; any other tile publishes its aggregate, then looks at the 32 tiles before it at a time (lane k at tile - 1 - k, waiting for each to publish), adds in float64 the values up to and including the nearest tile that has published an inclusive prefix (__ballot_sync finds it, a warp reduction adds), moves 32 tiles further back if none has, and finally publishes aggregate + that sum as its own inclusive prefix; see the chapter's scan ladder, rung 3 (decoupled look-back); about 30 lines; try n = 4097, 2^20 + 3 and 2^24.
+    return 0.0;  //~
+    // TODO(lab2/12) end
+}
+
+__global__ void __launch_bounds__(SP_THREADS)
+    scan_single_pass_kernel(const float* __restrict__ in, float* __restrict__ out, size_t count,
+                            TileStatus status, unsigned epoch) {
+    // TODO(lab2/12) begin: draw a tile (draw_tile), scan it (tile_scan), let the first warp find the sum of everything before it (look_back) and share it with the block through shared memory, then write the tile's results coalesced: back through stage in the order they were loaded; only the tile's valid elements (the last tile may be partial); see the chapter's scan ladder, rung 3; about 25 lines; try n = 1, 4097 and 2^20 + 3.
+    // TODO(lab2/12) end
+}
+
+static Scratch tile_statuses;  // rung 3 only: the partial sums of rungs 1 and 2 would read as flags
+
+static cudaError_t scan_single_pass(const float* in, float* out, size_t n) {
+    static unsigned epoch = 0;  // counts the calls (2^31 of them before the flags would wrap)
+    const size_t tiles = (n + TILE - 1) / TILE;
+    // ticket | flag (tiles,) | aggregate (tiles,) | inclusive (tiles,), each 256-byte aligned
+    const size_t slots = (tiles + 63) / 64 * 64;
+    const size_t flag_at = 256, aggregate_at = flag_at + 4 * slots, inclusive_at = aggregate_at + 4 * slots;
+    void* buffer = nullptr;
+    CUDA_CHECK(reserve(tile_statuses, inclusive_at + 8 * slots, &buffer));
+    char* bytes = static_cast<char*>(buffer);
+    TileStatus status;
+    status.ticket = reinterpret_cast<unsigned*>(bytes);
+    status.flag = reinterpret_cast<unsigned*>(bytes + flag_at);
+    status.aggregate = reinterpret_cast<float*>(bytes + aggregate_at);
+    status.inclusive = reinterpret_cast<double*>(bytes + inclusive_at);
+    ++epoch;
+    scan_single_pass_kernel<<<(unsigned)tiles, SP_THREADS>>>(in, out, n, status, epoch);
+    return cudaGetLastError();
+}
+
+COURSE_API cudaError_t scan_1(const float* in, float* out, size_t n) {
+    return scan_three_phase({scan_hillis_steele_kernel, HS_THREADS, HS_THREADS}, in, out, n);
+}
+
+COURSE_API cudaError_t scan_2(const float* in, float* out, size_t n) {
+    return scan_three_phase({scan_blelloch_kernel, BL_THREADS, BL_TILE}, in, out, n);
+}
+
+COURSE_API cudaError_t scan_3(const float* in, float* out, size_t n) { return scan_single_pass(in, out, n); }

@@ -1,0 +1,444 @@
+// Lab 2 · Task 15 — The SGEMM ladder: C = A @ B in float32, from a naive kernel towards cuBLAS
+//
+// Implement: the kernels of rungs 2 to 7 of the chapter's SGEMM ladder, each computing the
+//            whole product C = A @ B: sgemm_coalesced_kernel (one thread per element of C,
+//            neighbouring lanes on neighbouring columns), sgemm_smem_kernel (32 x 32 tiles of A
+//            and B staged in shared memory), sgemm_reg1d_kernel (each thread a column of 8
+//            results), sgemm_reg2d_kernel (each thread an 8 x 8 block), sgemm_vec4_kernel (float4
+//            loads, A's tile transposed in shared memory) and sgemm_warptile_kernel (a warp-level
+//            tile between the block's and the thread's, with the next tile loaded while the
+//            current one is multiplied), plus load4 and store4, the guarded float4 helpers of
+//            rungs 6 and 7. Rung 1 (sgemm_naive_kernel) is given complete: it is where you
+//            start. The host code, which picks each rung's grid and its float4 or scalar path, is
+//            given too.
+// Contract:  A (M, K), B (K, N) and C (M, N) are DEVICE float32 matrices, row-major and
+//            contiguous. A and B are read-only and 4-byte aligned, not necessarily 16-byte
+//            aligned (a view may start one float into a buffer); C is written and overlaps
+//            neither. M, N, K >= 1 and each matrix has fewer than 2^29 elements (so element
+//            offsets are formed in size_t, and every index fits an int). On return (after
+//            synchronization) C[m][n] = sum over k of A[m][k] * B[k][n], added in float32 in
+//            any order (no TF32, no lower precision). Each entry point launches on the default
+//            stream, returns the launch error and does not synchronize.
+// Test:      make test-lab2 TASK=15
+
+#include "course.h"
+
+#include <cstddef>
+#include <cstdint>
+
+// ---------------------------------------------------------------------------------------------
+// The shapes of the rungs. They are given because the host code launches with them.
+// ---------------------------------------------------------------------------------------------
+
+constexpr int WARP = 32;
+constexpr int TILE = 32;  // rungs 1 to 3: a TILE x TILE block of C per block of TILE x TILE threads
+
+namespace r4 {  // rung 4: a 64 x 64 block of C per block; each of its 512 threads a column of 8
+inline constexpr int BM = 64, BN = 64, BK = 8, TM = 8;
+inline constexpr int THREADS = BM * BN / TM;
+}  // namespace r4
+
+namespace r5 {  // rungs 5 and 6: a 128 x 128 block of C per block; each of 256 threads 8 x 8 of it
+inline constexpr int BM = 128, BN = 128, BK = 8, TM = 8, TN = 8;
+inline constexpr int THREADS = BM * BN / (TM * TN);
+}  // namespace r5
+
+namespace r7 {  // rung 7: the same block and thread tiles as rung 6, and 8 warps of 32 x 64 between
+inline constexpr int BM = 128, BN = 128, BK = 16;
+inline constexpr int WM = 32, WN = 64;            // one warp's tile of C
+inline constexpr int LANES_M = 4, LANES_N = 8;    // a warp's lanes over a 16 x 32 sub-tile, 4 x 4 each
+inline constexpr int WMITER = WM / (LANES_M * 4);  // 2 sub-tiles down the warp tile
+inline constexpr int WNITER = WN / (LANES_N * 4);  // 2 across: 2 x 2 x 16 = 64 results per thread
+inline constexpr int THREADS = (BM / WM) * (BN / WN) * WARP;
+}  // namespace r7
+
+// ---------------------------------------------------------------------------------------------
+// Given to every kernel.
+// ---------------------------------------------------------------------------------------------
+
+// The first row (.x) and column (.y) of the BM x BN tile of C this block computes. The grid is
+// one-dimensional, the tiles numbered row by row: gridDim.y and gridDim.z stop at 65535, and a C
+// of 2^28 x 1 has millions of tile rows, while ceil(M / BM) * ceil(N / BN) always fits gridDim.x.
+template <int BM, int BN>
+__device__ __forceinline__ int2 tile_origin(int N) {
+    const int tiles_n = (N + BN - 1) / BN;
+    return make_int2((int)(blockIdx.x / tiles_n) * BM, (int)(blockIdx.x % tiles_n) * BN);
+}
+
+// v into four consecutive registers (a float array indexed with constants, as the unrolled loops
+// do, lives in registers; a reinterpret_cast to float4* of it would need 16-byte alignment).
+__device__ __forceinline__ void unpack(float4 v, float* out) {
+    out[0] = v.x;
+    out[1] = v.y;
+    out[2] = v.z;
+    out[3] = v.w;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The kernels. Each computes its tile of C; blocks whose tile sticks out of C (M or N not a
+// multiple of the tile) load zeros for the missing rows and columns and store only what is in C.
+// ---------------------------------------------------------------------------------------------
+
+// Rung 1 · naive. One thread per element of C, threadIdx.x along M: the 32 lanes of a warp read 32
+// different rows of A (32 sectors for 32 floats) and write 32 different rows of C.
+__global__ void sgemm_naive_kernel(const float* __restrict__ A, const float* __restrict__ B,
+                                   float* __restrict__ C, int M, int N, int K) {
+    const int2 tile = tile_origin<TILE, TILE>(N);
+    const int row = tile.x + threadIdx.x, col = tile.y + threadIdx.y;
+    if (row >= M || col >= N) return;
+    float acc = 0.0f;
+    for (int k = 0; k < K; ++k) acc += A[(size_t)row * K + k] * B[(size_t)k * N + col];
+    C[(size_t)row * N + col] = acc;
+}
+
+// Rung 2 · coalesced. One thread per element of C, blocks of TILE x TILE threads as rung 1.
+__global__ void sgemm_coalesced_kernel(const float* __restrict__ A, const float* __restrict__ B,
+                                       float* __restrict__ C, int M, int N, int K) {
+    // TODO(lab2/15) begin: C[row][col] for the element this thread owns, with threadIdx.x along N this time, so that the lanes of a warp read one row of A (the same float: a broadcast) and 32 neighbouring floats of a row of B, and write 32 neighbouring floats of C; see the chapter's SGEMM ladder, rung 2; about 8 lines; try 1x1x7, 7x1x1 and 33x17x65 (M x K x N).
+    const int2 tile = tile_origin<TILE, TILE>(N);
+    const int row = tile.x + threadIdx.y, col = tile.y + threadIdx.x;
+    if (row >= M || col >= N) return;
+    const float* a = A + (size_t)row * K;  // (K,) this thread's row of A
+    float acc = 0.0f;
+    for (int k = 0; k < K; ++k) acc += a[k] * B[(size_t)k * N + col];
+    C[(size_t)row * N + col] = acc;
+    // TODO(lab2/15) end
+}
+
+// Rung 3 · shared-memory tiles. Blocks of TILE x TILE threads, one element of C each.
+__global__ void sgemm_smem_kernel(const float* __restrict__ A, const float* __restrict__ B,
+                                  float* __restrict__ C, int M, int N, int K) {
+    // TODO(lab2/15) begin: the same element of C, but A and B go through shared memory: for each step of TILE along K the block loads a TILE x TILE tile of A and one of B (one float per thread each, coalesced, zero where the tile sticks out of A or B, the last step of K included), waits until both are complete, adds the TILE products, and waits again before the next step overwrites them; a thread outside C still loads its share; see the chapter's SGEMM ladder, rung 3; about 18 lines; try 33x17x65 and 65x129x31, and run the sanitizer (racecheck).
+    __shared__ float As[TILE][TILE];  // As[i][k] = A[row0 + i][k0 + k]
+    __shared__ float Bs[TILE][TILE];  // Bs[k][j] = B[k0 + k][col0 + j]
+    const int2 tile = tile_origin<TILE, TILE>(N);
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int row = tile.x + ty, col = tile.y + tx;
+    float acc = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += TILE) {
+        As[ty][tx] = row < M && k0 + tx < K ? A[(size_t)row * K + k0 + tx] : 0.0f;
+        Bs[ty][tx] = k0 + ty < K && col < N ? B[(size_t)(k0 + ty) * N + col] : 0.0f;
+        __syncthreads();  // both tiles complete before anyone reads them
+#pragma unroll
+        for (int k = 0; k < TILE; ++k) acc += As[ty][k] * Bs[k][tx];
+        __syncthreads();  // everyone done reading before the next step overwrites them
+    }
+    if (row < M && col < N) C[(size_t)row * N + col] = acc;
+    // TODO(lab2/15) end
+}
+
+// Rung 4 · 1D register tiling. r4::THREADS threads per block, a 64 x 64 tile of C per block.
+__global__ void sgemm_reg1d_kernel(const float* __restrict__ A,
+                                                                  const float* __restrict__ B,
+                                                                  float* __restrict__ C, int M, int N, int K) {
+    // TODO(lab2/15) begin: each thread computes TM = 8 elements of C stacked in one column, accumulated in registers; per step of BK along K the block stages A's BM x BK and B's BK x BN tiles in shared memory (one float of each per thread, zero-filled past the edges), and for every k the thread reads its B value once and reuses it for its 8 rows; see the chapter's SGEMM ladder, rung 4; about 30 lines; try 65x129x31, 127x255x129 and 100x36x68.
+    using namespace r4;
+    __shared__ float As[BM][BK];
+    __shared__ float Bs[BK][BN];
+    const int2 tile = tile_origin<BM, BN>(N);
+    const int tid = threadIdx.x;
+    const int tcol = tid % BN, trow = (tid / BN) * TM;  // rows trow .. trow + 7 of the tile, column tcol
+    const int a_row = tid / BK, a_col = tid % BK;      // the element of A's tile this thread loads
+    const int b_row = tid / BN, b_col = tid % BN;      // and of B's
+    float acc[TM] = {};
+    for (int k0 = 0; k0 < K; k0 += BK) {
+        const int ar = tile.x + a_row, ak = k0 + a_col;
+        As[a_row][a_col] = ar < M && ak < K ? A[(size_t)ar * K + ak] : 0.0f;
+        const int bk = k0 + b_row, bc = tile.y + b_col;
+        Bs[b_row][b_col] = bk < K && bc < N ? B[(size_t)bk * N + bc] : 0.0f;
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < BK; ++k) {
+            const float b = Bs[k][tcol];  // one shared load, TM multiply-adds
+#pragma unroll
+            for (int i = 0; i < TM; ++i) acc[i] += As[trow + i][k] * b;
+        }
+        __syncthreads();
+    }
+    const int col = tile.y + tcol;
+    if (col < N) {
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+            const int row = tile.x + trow + i;
+            if (row < M) C[(size_t)row * N + col] = acc[i];
+        }
+    }
+    // TODO(lab2/15) end
+}
+
+// Rung 5 · 2D register tiling. r5::THREADS threads per block, a 128 x 128 tile of C per block.
+__global__ void __launch_bounds__(r5::THREADS, 2) sgemm_reg2d_kernel(const float* __restrict__ A,
+                                                                     const float* __restrict__ B,
+                                                                     float* __restrict__ C, int M, int N, int K) {
+    // TODO(lab2/15) begin: each thread computes an 8 x 8 block of C in registers; per step of BK = 8 along K the block stages A's 128 x 8 and B's 8 x 128 tiles in shared memory (four floats of each per thread, zero-filled past the edges), and for every k the thread copies its 8 values of A's column and 8 of B's row into registers and adds their 64 products (an outer product); see the chapter's SGEMM ladder, rung 5; about 40 lines; try 1x1x1, 127x255x129 and 100x36x68.
+    using namespace r5;
+    __shared__ float As[BM][BK];  // As[i][k] = A[row0 + i][k0 + k]
+    __shared__ float Bs[BK][BN];  // Bs[k][j] = B[k0 + k][col0 + j]
+    const int2 tile = tile_origin<BM, BN>(N);
+    const int tid = threadIdx.x;
+    const int trow = (tid / (BN / TN)) * TM, tcol = (tid % (BN / TN)) * TN;  // this thread's 8 x 8 block
+    float acc[TM][TN] = {};
+    float a[TM], b[TN];
+    for (int k0 = 0; k0 < K; k0 += BK) {
+#pragma unroll
+        for (int r = 0; r < BM * BK / THREADS; ++r) {  // 4 floats of A each; a warp: 4 rows of 8
+            const int i = tid + r * THREADS, row = tile.x + i / BK, k = k0 + i % BK;
+            As[i / BK][i % BK] = row < M && k < K ? A[(size_t)row * K + k] : 0.0f;
+        }
+#pragma unroll
+        for (int r = 0; r < BK * BN / THREADS; ++r) {  // 4 floats of B each; a warp: 32 of one row
+            const int i = tid + r * THREADS, k = k0 + i / BN, col = tile.y + i % BN;
+            Bs[i / BN][i % BN] = k < K && col < N ? B[(size_t)k * N + col] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll 2  // fully unrolled, the compiler hoists all 8 steps' loads and runs out of registers
+        for (int k = 0; k < BK; ++k) {
+#pragma unroll
+            for (int i = 0; i < TM; ++i) a[i] = As[trow + i][k];
+#pragma unroll
+            for (int j = 0; j < TN; ++j) b[j] = Bs[k][tcol + j];
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] += a[i] * b[j];
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        const int row = tile.x + trow + i;
+        if (row >= M) break;
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            const int col = tile.y + tcol + j;
+            if (col < N) C[(size_t)row * N + col] = acc[i][j];
+        }
+    }
+    // TODO(lab2/15) end
+}
+
+// Four consecutive floats of row `row` of a row-major rows x cols matrix P, from column `col` (a
+// multiple of 4), zero for each one past the last row or column. VEC: the host has checked that
+// every row of P starts on a 16-byte boundary (P aligned, cols a multiple of 4), so the four are
+// one aligned float4, and either all of them are inside the row or none is.
+template <bool VEC>
+__device__ __forceinline__ float4 load4(const float* __restrict__ P, int row, int rows, int cols, int col) {
+    // TODO(lab2/15) begin: the four floats as one float4 load when VEC, else one by one, each element guarded (zero past the last row or column: rung 6 and 7's tiles stick out of A and B); see the chapter's SGEMM ladder, rung 6; about 12 lines; work out what it returns for cols = 5 and col = 4, and for row = rows.
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (row >= rows) return v;
+    const float* p = P + (size_t)row * cols + col;
+    if constexpr (VEC) {
+        if (col < cols) v = *reinterpret_cast<const float4*>(p);
+    } else {
+        if (col < cols) v.x = p[0];
+        if (col + 1 < cols) v.y = p[1];
+        if (col + 2 < cols) v.z = p[2];
+        if (col + 3 < cols) v.w = p[3];
+    }
+    return v;
+    //~ return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    // TODO(lab2/15) end
+}
+
+// The store that matches load4: v into row `row` of a rows x cols matrix P from column `col`,
+// leaving out what falls past the last row or column.
+template <bool VEC>
+__device__ __forceinline__ void store4(float* __restrict__ P, int row, int rows, int cols, int col, float4 v) {
+    // TODO(lab2/15) begin: one float4 store when VEC, else up to four scalar stores, never past the last row or column of C; see the chapter's SGEMM ladder, rung 6; about 10 lines; work out what it writes for cols = 5 and col = 4.
+    if (row >= rows) return;
+    float* p = P + (size_t)row * cols + col;
+    if constexpr (VEC) {
+        if (col < cols) *reinterpret_cast<float4*>(p) = v;
+    } else {
+        if (col < cols) p[0] = v.x;
+        if (col + 1 < cols) p[1] = v.y;
+        if (col + 2 < cols) p[2] = v.z;
+        if (col + 3 < cols) p[3] = v.w;
+    }
+    // TODO(lab2/15) end
+}
+
+// Rung 6 · float4 loads. The tiles and threads of rung 5; VEC as for load4.
+template <bool VEC>
+__global__ void __launch_bounds__(r5::THREADS, 2) sgemm_vec4_kernel(const float* __restrict__ A,
+                                                                    const float* __restrict__ B,
+                                                                    float* __restrict__ C, int M, int N, int K) {
+    // TODO(lab2/15) begin: rung 5 with one float4 of A and one of B per thread and per step (load4), B's stored as it is and A's transposed (As[k][m]), so that for every k a thread's 8 values of A, like its 8 of B, are two float4 reads of shared memory; the results leave through store4; see the chapter's SGEMM ladder, rung 6; about 45 lines; try 1x1x7, 100x36x68 and the case whose A and B start one float in.
+    using namespace r5;
+    __shared__ __align__(16) float As[BK][BM];  // transposed: As[k][i] = A[row0 + i][k0 + k]
+    __shared__ __align__(16) float Bs[BK][BN];  // Bs[k][j] = B[k0 + k][col0 + j]
+    const int2 tile = tile_origin<BM, BN>(N);
+    const int tid = threadIdx.x;
+    const int trow = (tid / (BN / TN)) * TM, tcol = (tid % (BN / TN)) * TN;
+    const int a_row = tid / (BK / 4), a_col = (tid % (BK / 4)) * 4;  // A's tile: 128 rows of 2 float4
+    const int b_row = tid / (BN / 4), b_col = (tid % (BN / 4)) * 4;  // B's tile: 8 rows of 32 float4
+    float acc[TM][TN] = {};
+    float a[TM], b[TN];
+    for (int k0 = 0; k0 < K; k0 += BK) {
+        const float4 va = load4<VEC>(A, tile.x + a_row, M, K, k0 + a_col);
+        As[a_col + 0][a_row] = va.x;
+        As[a_col + 1][a_row] = va.y;
+        As[a_col + 2][a_row] = va.z;
+        As[a_col + 3][a_row] = va.w;
+        *reinterpret_cast<float4*>(&Bs[b_row][b_col]) = load4<VEC>(B, k0 + b_row, K, N, tile.y + b_col);
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < BK; ++k) {
+#pragma unroll
+            for (int i = 0; i < TM; i += 4) unpack(*reinterpret_cast<const float4*>(&As[k][trow + i]), &a[i]);
+#pragma unroll
+            for (int j = 0; j < TN; j += 4) unpack(*reinterpret_cast<const float4*>(&Bs[k][tcol + j]), &b[j]);
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] += a[i] * b[j];
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; j += 4)
+            store4<VEC>(C, tile.x + trow + i, M, N, tile.y + tcol + j,
+                        make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]));
+    // TODO(lab2/15) end
+}
+
+// Rung 7 · warp tiling. r7::THREADS threads per block, a 128 x 128 tile of C; VEC as for load4.
+template <bool VEC>
+__global__ void __launch_bounds__(r7::THREADS, 2) sgemm_warptile_kernel(const float* __restrict__ A,
+                                                                        const float* __restrict__ B,
+                                                                        float* __restrict__ C, int M, int N, int K) {
+    // TODO(lab2/15) begin: rung 6 with the block's 8 warps each owning a 32 x 64 tile of C, and within it each lane 2 x 2 sub-tiles of 4 x 4 placed so that every float4 read of shared memory by a warp covers one contiguous 64- or 128-byte span (no bank conflicts); with BK = 16 and two shared buffers, the next step's float4s are loaded into registers before the current step's products and stored into the other buffer after them, one barrier per step; every step of K is computed, the last partial one too; see the chapter's SGEMM ladder, rung 7; about 70 lines; try 1x1x1, 33x17x65, 100x36x68 and 1000x1000x1000.
+    using namespace r7;
+    __shared__ __align__(16) float As[2][BK][BM];  // two buffers; transposed: As[s][k][i] = A[row0 + i][k0 + k]
+    __shared__ __align__(16) float Bs[2][BK][BN];  // Bs[s][k][j] = B[k0 + k][col0 + j]
+    const int2 tile = tile_origin<BM, BN>(N);
+    const int tid = threadIdx.x, warp = tid / WARP, lane = tid % WARP;
+    const int wrow = (warp / (BN / WN)) * WM, wcol = (warp % (BN / WN)) * WN;  // the warp's tile
+    // The lane's 4 x 4 in a 16 x 32 sub-tile: lane bits 1 and 4 pick its rows, bits 0, 2 and 3 its
+    // columns, so lanes 2i and 2i + 1 read the same float4 of A and lanes i and i ^ 2 the same of B
+    // (pairs whose answers shared memory can pack: see the chapter).
+    const int lrow = (((lane >> 1) & 1) | ((lane >> 3) & 2)) * 4;
+    const int lcol = ((lane & 1) | ((lane >> 1) & 6)) * 4;
+    // A's tile is 128 rows of 4 float4, B's 16 rows of 32 float4: two of each per thread
+    constexpr int A_STEP = THREADS / (BK / 4), B_STEP = THREADS / (BN / 4);  // 64 rows, 8 rows apart
+    const int a_row = tid / (BK / 4), a_col = (tid % (BK / 4)) * 4;
+    const int b_row = tid / (BN / 4), b_col = (tid % (BN / 4)) * 4;
+    float4 a_next[2], b_next[2];  // the next step's floats, in flight during this step's products
+
+    // acc[i][j]: row wrow + (i / 4) * 16 + lrow + i % 4, column wcol + (j / 4) * 32 + lcol + j % 4
+    float acc[WMITER * 4][WNITER * 4] = {};
+    float a[WMITER * 4], b[WNITER * 4];
+
+    const int steps = (K + BK - 1) / BK;  // the last one may be partial: load4 fills it with zeros
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        a_next[r] = load4<VEC>(A, tile.x + a_row + r * A_STEP, M, K, a_col);
+        b_next[r] = load4<VEC>(B, b_row + r * B_STEP, K, N, tile.y + b_col);
+    }
+    for (int s = 0; s < steps; ++s) {
+        const int buf = s % 2;
+        // Publish this step's floats into buffer `buf`. Its last readers, step s - 2's products,
+        // were finished by every thread before step s - 1's barrier: one barrier per step is enough.
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            As[buf][a_col + 0][a_row + r * A_STEP] = a_next[r].x;
+            As[buf][a_col + 1][a_row + r * A_STEP] = a_next[r].y;
+            As[buf][a_col + 2][a_row + r * A_STEP] = a_next[r].z;
+            As[buf][a_col + 3][a_row + r * A_STEP] = a_next[r].w;
+            *reinterpret_cast<float4*>(&Bs[buf][b_row + r * B_STEP][b_col]) = b_next[r];
+        }
+        __syncthreads();
+        if (s + 1 < steps) {  // issue the next step's loads now; they land while we multiply
+            const int k0 = (s + 1) * BK;
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                a_next[r] = load4<VEC>(A, tile.x + a_row + r * A_STEP, M, K, k0 + a_col);
+                b_next[r] = load4<VEC>(B, k0 + b_row + r * B_STEP, K, N, tile.y + b_col);
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < BK; ++k) {
+            // A warp's float4 reads: 4 distinct ones of A (64 contiguous bytes, each for 8 lanes)
+            // and 8 of B (128 contiguous bytes, each for 4 lanes): no bank conflicts.
+#pragma unroll
+            for (int i = 0; i < WMITER; ++i)
+                unpack(*reinterpret_cast<const float4*>(&As[buf][k][wrow + i * 16 + lrow]), &a[i * 4]);
+#pragma unroll
+            for (int j = 0; j < WNITER; ++j)
+                unpack(*reinterpret_cast<const float4*>(&Bs[buf][k][wcol + j * 32 + lcol]), &b[j * 4]);
+#pragma unroll
+            for (int i = 0; i < WMITER * 4; ++i)
+#pragma unroll
+                for (int j = 0; j < WNITER * 4; ++j) acc[i][j] += a[i] * b[j];
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < WMITER * 4; ++i)
+#pragma unroll
+        for (int j = 0; j < WNITER * 4; j += 4)
+            store4<VEC>(C, tile.x + wrow + (i / 4) * 16 + lrow + i % 4, M, N, tile.y + wcol + (j / 4) * 32 + lcol,
+                        make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]));
+    // TODO(lab2/15) end
+}
+
+// ---------------------------------------------------------------------------------------------
+// The host side, shared by every rung.
+// ---------------------------------------------------------------------------------------------
+
+// Blocks for a grid of BM x BN tiles over C: about 2^24 at most (C has fewer than 2^29 elements),
+// far below gridDim.x's limit of 2^31 - 1.
+static unsigned blocks_for(int M, int N, int BM, int BN) {
+    return (unsigned)((size_t)((M + BM - 1) / BM) * (size_t)((N + BN - 1) / BN));
+}
+
+// Whether every row of A, B and C starts on a 16-byte boundary, so that rungs 6 and 7 may move
+// them as float4: aligned pointers and row lengths (K for A, N for B and C) a multiple of 4.
+static bool rows_are_float4(const float* A, const float* B, const float* C, int N, int K) {
+    const uintptr_t any = (uintptr_t)A | (uintptr_t)B | (uintptr_t)C;
+    return any % 16 == 0 && K % 4 == 0 && N % 4 == 0;
+}
+
+COURSE_API cudaError_t sgemm_1(const float* A, const float* B, float* C, int M, int N, int K) {
+    sgemm_naive_kernel<<<blocks_for(M, N, TILE, TILE), dim3(TILE, TILE)>>>(A, B, C, M, N, K);
+    return cudaGetLastError();
+}
+
+COURSE_API cudaError_t sgemm_2(const float* A, const float* B, float* C, int M, int N, int K) {
+    sgemm_coalesced_kernel<<<blocks_for(M, N, TILE, TILE), dim3(TILE, TILE)>>>(A, B, C, M, N, K);
+    return cudaGetLastError();
+}
+
+COURSE_API cudaError_t sgemm_3(const float* A, const float* B, float* C, int M, int N, int K) {
+    sgemm_smem_kernel<<<blocks_for(M, N, TILE, TILE), dim3(TILE, TILE)>>>(A, B, C, M, N, K);
+    return cudaGetLastError();
+}
+
+COURSE_API cudaError_t sgemm_4(const float* A, const float* B, float* C, int M, int N, int K) {
+    sgemm_reg1d_kernel<<<blocks_for(M, N, r4::BM, r4::BN), r4::THREADS>>>(A, B, C, M, N, K);
+    return cudaGetLastError();
+}
+
+COURSE_API cudaError_t sgemm_5(const float* A, const float* B, float* C, int M, int N, int K) {
+    sgemm_reg2d_kernel<<<blocks_for(M, N, r5::BM, r5::BN), r5::THREADS>>>(A, B, C, M, N, K);
+    return cudaGetLastError();
+}
+
+COURSE_API cudaError_t sgemm_6(const float* A, const float* B, float* C, int M, int N, int K) {
+    const unsigned blocks = blocks_for(M, N, r5::BM, r5::BN);
+    if (rows_are_float4(A, B, C, N, K))
+        sgemm_vec4_kernel<true><<<blocks, r5::THREADS>>>(A, B, C, M, N, K);
+    else
+        sgemm_vec4_kernel<false><<<blocks, r5::THREADS>>>(A, B, C, M, N, K);
+    return cudaGetLastError();
+}
+
+COURSE_API cudaError_t sgemm_7(const float* A, const float* B, float* C, int M, int N, int K) {
+    const unsigned blocks = blocks_for(M, N, r7::BM, r7::BN);
+    if (rows_are_float4(A, B, C, N, K))
+        sgemm_warptile_kernel<true><<<blocks, r7::THREADS>>>(A, B, C, M, N, K);
+    else
+        sgemm_warptile_kernel<false><<<blocks, r7::THREADS>>>(A, B, C, M, N, K);
+    return cudaGetLastError();
+}
