@@ -311,8 +311,10 @@ def make_row(
         row.baseline_median_ms = stats[f"baseline:{baselines[0]}"].median_ms
         row.speedup = row.vs[baselines[0]]
     if entry.bytes_moved is not None:
-        row.gbps = entry.bytes_moved(inputs) / (s.median_ms * 1e-3) / 1e9
-        row.share_of_copy = row.gbps / limits.copy_gbps
+        moved = entry.bytes_moved(inputs)
+        row.gbps = moved / (s.median_ms * 1e-3) / 1e9
+        row.copy_gbps = timing.copy_bandwidth_like(moved)
+        row.share_of_copy = row.gbps / row.copy_gbps
     if entry.flops is not None:
         row.gflops = entry.flops(inputs) / (s.median_ms * 1e-3) / 1e9
     if row.gflops is not None and row.peak_gflops:

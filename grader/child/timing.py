@@ -267,10 +267,27 @@ def copy_bandwidth_gbps(nbytes: int = 1 << 28) -> float:
     """Device-to-device copy bandwidth in GB/s, counting bytes read plus bytes written."""
     import torch
 
-    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").fill_(1.0)
+    src = torch.empty(max(nbytes // 4, 1), dtype=torch.float32, device="cuda").fill_(1.0)
     dst = torch.empty_like(src)
     ms = _median_ms(lambda: dst.copy_(src))
-    return 2 * nbytes / (ms * 1e-3) / 1e9
+    return 2 * src.numel() * 4 / (ms * 1e-3) / 1e9
+
+
+_COPIES: dict[int, float] = {}
+
+
+def copy_bandwidth_like(bytes_moved: float) -> float:
+    """The bandwidth of a device-to-device copy that moves `bytes_moved` bytes (half read, half
+    written), timed as the Timer times a task's call; measured once per size in a process.
+
+    A call's share of the copy compares it with this copy, not with the large one of
+    `measure_limits`: whatever a call may leave in L2 past its end event (its last writes, up to
+    L2's size) a copy of the same size may leave too, so the share does not depend on how the
+    case's size compares with L2's."""
+    nbytes = max(int(bytes_moved) // 8 * 4, 4)  # each buffer holds half, in whole floats
+    if nbytes not in _COPIES:
+        _COPIES[nbytes] = copy_bandwidth_gbps(nbytes)
+    return _COPIES[nbytes]
 
 
 def read_bandwidth_gbps(nbytes: int = 1 << 28) -> float:
