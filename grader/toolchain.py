@@ -90,6 +90,53 @@ def has_gpu() -> bool:
     return bool(gpus())
 
 
+def _ancestors(pid: int) -> set[int]:
+    """pid and its parents, as far as /proc shows them."""
+    seen = set()
+    while pid > 1 and pid not in seen:
+        seen.add(pid)
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return seen
+
+
+def other_gpu_processes() -> list[str]:
+    """The compute processes nvidia-smi sees on the GPUs this process may use, other than this
+    process and its descendants, as 'pid name (MiB)': a leftover job there slows what is timed."""
+    if not gpus():
+        return []
+    try:
+        query = "--query-compute-apps=pid,process_name,used_memory,gpu_uuid"
+        apps = subprocess.run(
+            ["nvidia-smi", query, "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20
+        )
+        ids = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    uuids = dict(line.split(", ", 1) for line in ids.stdout.strip().splitlines() if ", " in line)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    # CUDA_VISIBLE_DEVICES holds indices or UUIDs
+    mine = {uuids.get(i.strip(), i.strip()) for i in visible.split(",")} if visible else set(uuids.values())
+    me = os.getpid()
+    out = []
+    for line in apps.stdout.strip().splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) != 4 or not parts[0].isdigit() or (mine and parts[3] not in mine):
+            continue
+        if me in _ancestors(int(parts[0])):
+            continue
+        out.append(f"{parts[0]} {Path(parts[1]).name} ({parts[2]} MiB)")
+    return out
+
+
 def normalize_arch(text: str) -> str:
     """'sm_80', '80', '8.0' and 'compute_80' all mean sm_80."""
     t = text.strip().lower().replace("compute_", "").replace("sm_", "")

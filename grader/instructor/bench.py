@@ -78,6 +78,8 @@ def bench(
     opts = runner.Options(solutions=solutions, timing="ladder", timeout=timeout)
     results = {r.task_id: r for r in runner.grade(tasks, opts)}
     say(table(list(results.values())))
+    for line in runner.busy_notes(list(results.values())):
+        say(line)
     rc = 0
     for t in tasks:
         r = results[t.task_id]

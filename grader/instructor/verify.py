@@ -78,6 +78,8 @@ def check_gates(tasks: list[Task], gpu: bool, say: Callable[[str], None]) -> lis
     for mode in ("bench", "ladder"):
         group = [t for t in chosen if needs_ladder(t) == (mode == "ladder")]
         results += runner.grade(group, runner.Options(solutions=True, timing=mode, timeout=timeout)) if group else []
+    for line in runner.busy_notes(results):
+        say(f"  {line}")
     by_id = {r.task_id: r for r in results}
     for task in chosen:
         result = by_id[task.task_id]

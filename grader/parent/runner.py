@@ -98,6 +98,14 @@ def _scored(task: Task, result: TaskResult) -> TaskResult:
     return result
 
 
+BUSY = "timing"  # the first word of the note a result gets when other processes used the GPU
+
+
+def busy_notes(results: list[TaskResult]) -> list[str]:
+    """The distinct notes saying other processes used the GPU while `results` were timed."""
+    return sorted({n for r in results for n in r.notes if n.startswith(f"{BUSY}: other processes")})
+
+
 def grade(
     tasks: list[Task], opts: Options, overrides: Mapping[str, Path | Mapping[str, Path]] | None = None
 ) -> Iterator[TaskResult]:
@@ -106,8 +114,17 @@ def grade(
     `overrides` replaces, per task id, which files are graded (the grader's own tests use it to
     grade deliberately broken variants and fixture tasks).
     """
+    others = toolchain.other_gpu_processes() if opts.timing != "off" else []
+    busy = (
+        f"{BUSY}: other processes were using this GPU when grading began ({', '.join(others)}): "
+        "the times may be low; nvidia-smi lists them"
+        if others
+        else ""
+    )
     for result in _grade(tasks, opts, overrides or {}):
         task = next(t for t in tasks if t.task_id == result.task_id)
+        if busy and result.timings:
+            result.notes.append(busy)
         yield _scored(task, result)
 
 

@@ -303,3 +303,22 @@ def test_setup_sh_check_prints_the_doctors_table():
     assert "Environment (" in run.stdout and "✓ Python" in run.stdout and "GRADER_NO_GPU=1" in run.stdout
     help_text = subprocess.run(["bash", "setup.sh", "--help"], cwd=paths.ROOT, capture_output=True, text=True)
     assert help_text.returncode == 0 and "--check" in help_text.stdout
+
+
+def test_other_gpu_processes_leave_out_this_process_and_other_gpus(monkeypatch) -> None:
+    import os
+    import subprocess
+    from types import SimpleNamespace
+
+    from grader import toolchain
+
+    monkeypatch.setattr(toolchain, "gpus", lambda: ("a GPU",))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    apps = f"{os.getpid()}, /usr/bin/python3, 900, GPU-a\n4242, /opt/bin/leftover, 1200, GPU-a\n4343, x, 5, GPU-b\n"
+
+    def run(cmd, **_kw):
+        out = "0, GPU-a\n1, GPU-b\n" if "--query-gpu=index,uuid" in cmd else apps
+        return SimpleNamespace(stdout=out, returncode=0)
+
+    monkeypatch.setattr(subprocess, "run", run)
+    assert toolchain.other_gpu_processes() == ["4242 leftover (1200 MiB)"]
