@@ -452,14 +452,353 @@ VARIANTS: dict[str, Variant] = {
         "rung 2 reads A as if it were column-major (A[k * M + row]): every index stays inside A, so nothing"
         " crashes, and the cases with M = 1 or K = 1 still pass; 33x17x65 is wrong",
     ),
+    # --- task 00: profile first (batches: see the note at the end) ---
+    "00_profile_first.malloc_every_round": Variant(
+        "00_profile_first.cu",
+        [
+            (
+                "    float* tmp = nullptr;\n"
+                "    CUDA_CHECK(scratch((size_t)n, &tmp));\n"
+                "    const unsigned blocks = (unsigned)(((size_t)n + THREADS - 1) / THREADS);\n"
+                "    const float* src = x;\n"
+                "    for (int r = 0; r < iters; ++r) {\n"
+                "        // Consecutive rounds alternate, and the last one (iters - r == 1) writes y: round r writes\n"
+                "        // y when iters - r is odd. No round reads the buffer it writes.\n"
+                "        float* dst = (iters - r) % 2 == 1 ? y : tmp;\n"
+                "        smooth_kernel<<<blocks, THREADS>>>(src, dst, n);\n"
+                "        CUDA_CHECK(cudaGetLastError());\n"
+                "        src = dst;\n"
+                "    }\n",
+                "    const unsigned blocks = (unsigned)(((size_t)n + THREADS - 1) / THREADS);\n"
+                "    const size_t bytes = (size_t)n * sizeof(float);\n"
+                "    const float* src = x;\n"
+                "    for (int r = 0; r < iters; ++r) {\n"
+                "        float* tmp = nullptr;  // a fresh buffer every round, as in smooth_slow\n"
+                "        CUDA_CHECK(cudaMalloc(&tmp, bytes));\n"
+                "        smooth_kernel<<<blocks, THREADS>>>(src, tmp, n);\n"
+                "        CUDA_CHECK(cudaGetLastError());\n"
+                "        CUDA_CHECK(cudaMemcpyAsync(y, tmp, bytes, cudaMemcpyDeviceToDevice));  // no host trip\n"
+                "        CUDA_CHECK(cudaFree(tmp));\n"
+                "        src = y;\n"
+                "    }\n",
+            )
+        ],
+        {"rule violation"},
+        "cudaMalloc",
+        "smooth_fast keeps smooth_slow's cudaMalloc and cudaFree of a fresh buffer every round (256-thread"
+        " blocks, no host round trip: a device-to-device copy into y instead); correct, but cudaFree waits for"
+        " the round every time, and the source rule on smooth_fast's body catches the calls before any build",
+    ),
+    "00_profile_first.edges_not_clamped": Variant(
+        "00_profile_first.cu",
+        [
+            (
+                "    const size_t left = i > 0 ? i - 1 : 0;  // clamped: an end element is its own neighbour\n"
+                "    const size_t right = i + 1 < (size_t)n ? i + 1 : i;\n",
+                "    const size_t left = i - 1, right = i + 1;  // the two neighbours\n",
+            )
+        ],
+        # n = 1 reads src[-1] and src[1]: past x's ends (garbage in torch's allocation, or a fault if the
+        # float before x is unmapped); from the third round on a round reads y's canaries (NaN)
+        {"wrong", "crash"},
+        "",
+        "smooth_kernel reads src[i - 1] and src[i + 1] without clamping them: element 0 reads the float"
+        " before the buffer, element n - 1 the one after it (from the first case, n = 1)",
+    ),
+    "00_profile_first.odd_iters_end_in_scratch": Variant(
+        "00_profile_first.cu",
+        [
+            (
+                "        // Consecutive rounds alternate, and the last one (iters - r == 1) writes y: round r writes\n"
+                "        // y when iters - r is odd. No round reads the buffer it writes.\n"
+                "        float* dst = (iters - r) % 2 == 1 ? y : tmp;\n",
+                "        float* dst = r % 2 == 0 ? tmp : y;  // scratch first, then y, then scratch ...\n",
+            )
+        ],
+        {"wrong"},
+        # the first case, n = 1 with one round, writes only the scratch buffer
+        "never written",
+        "the ping-pong always starts in the scratch buffer: right for an even iters, but an odd iters ends"
+        " there and leaves y holding the round before (iters = 1: y never written)",
+    ),
+    "00_profile_first.one_thread_per_block": Variant(
+        "00_profile_first.cu",
+        [
+            ("    const unsigned blocks = (unsigned)(((size_t)n + THREADS - 1) / THREADS);\n", ""),
+            (
+                "        smooth_kernel<<<blocks, THREADS>>>(src, dst, n);\n",
+                "        smooth_kernel<<<n, 1>>>(src, dst, n);  // as smooth_slow: block b computes element b\n",
+            ),
+        ],
+        {"pass"},
+        "",
+        "smooth_fast fixes the host round trip, the allocations and the waits but keeps smooth_slow's grid of"
+        " n one-thread blocks: still right (the kernel's index is blockIdx.x * 1 + 0), but its kernel is the"
+        " slow one, so it must earn no performance points",
+        timing=True,
+        perf_points=0,
+    ),
+    # --- task 04 (streams, pinned memory, a graph). Batches: "04_streams.no_wait",
+    # "04_streams.graph_never_rebuilt" and "04_streams.staging_never_grows" each in a different
+    # BATCHES batch (one variant of a task per grading run); "04_streams.one_stream" in TIMED (right
+    # but without overlap: it must pass and earn no performance points). None needs SANITIZED or HUGE.
+    "04_streams.one_stream": Variant(
+        "04_streams.cu",
+        [
+            (
+                "        const cudaStream_t stream = streams[chunk % STREAMS];\n",
+                "        const cudaStream_t stream = streams[0];  // our own stream, off the default one\n",
+            )
+        ],
+        {"pass"},
+        "",
+        "every chunk on one non-default stream: right, and asynchronous for the host, but a stream runs its"
+        " work in order, so no upload overlaps a kernel or a download: both pipeline_streams and"
+        " pipeline_graph (which captures the same calls) take about as long as pipeline_serial",
+        timing=True,
+        perf_points=0,
+    ),
+    "04_streams.no_wait": Variant(
+        "04_streams.cu",
+        [
+            (
+                "    for (int s = 0; s < STREAMS; ++s) CUDA_CHECK(cudaStreamSynchronize(p->streams[s]));\n",
+                "    // the downloads are queued: y fills in on its own\n",
+            )
+        ],
+        {"wrong"},
+        "wrong",
+        "pipeline_streams returns as soon as its chunks are queued: the given code copies the staging buffer"
+        " into y at once, while the downloads are still on their way, so y holds the staged x (or a chunk"
+        " half downloaded). The grader reads y right after the call returns: the size-sequence check's"
+        " first pipeline_streams call (n = 2^22 + 5) and every case from n = 1 are wrong",
+    ),
+    "04_streams.graph_never_rebuilt": Variant(
+        "04_streams.cu",
+        [
+            (
+                "    if (exec == nullptr || n != built_n || buf.generation != built_generation) {\n",
+                "    if (exec == nullptr) {  // captured once, on the first call, and replayed ever after\n",
+            )
+        ],
+        {"wrong"},
+        "wrong",
+        "the graph is captured on the first call only and replayed whatever n is: in the size-sequence check"
+        " the graph of n = 5000 replayed for n = 2^20 + 3 (the buffers already hold 3 chunks, so nothing"
+        " moved) computes 5000 elements and leaves the rest as the staged x",
+    ),
+    "04_streams.staging_never_grows": Variant(
+        "04_streams.cu",
+        [
+            (
+                "    if (n <= buf.capacity) return cudaSuccess;\n",
+                "    if (buf.capacity != 0) return cudaSuccess;  // allocated once, on the first call, and kept\n",
+            )
+        ],
+        {"crash", "wrong"},
+        "",
+        "the pinned staging buffer (and the device buffer) sized by the first call (3 x 2^20 + 1 floats) and"
+        " never grown: pipeline_streams(n = 2^22 + 5) copies 4 MiB past the end of the pinned allocation and"
+        " uploads past the device one (a SIGSEGV or an illegal address, or corrupted memory, depending on"
+        " what lies after them)",
+    ),
+    # --- task 05 (explicit CUDA graph). Batches (one variant of a task per grading run):
+    #   BATCHES[0] += ["05_graph.kept_after_n_changed"]
+    #   BATCHES[1] += ["05_graph.root_writes_partials"]
+    #   BATCHES[2] += ["05_graph.tree_waits_for_bind_only"]
+    # The last is a race between kernels (nodes of one graph), which neither racecheck nor memcheck
+    # sees, so it goes in BATCHES, not SANITIZED. None is decided at the build (AT_BUILD), none is TIMED.
+    "05_graph.tree_waits_for_bind_only": Variant(
+        "05_graph.cu",
+        [
+            (
+                "            const cudaGraphNode_t* deps = k == 0 ? below.data() : below.data() + first;\n"
+                "            const size_t ndeps = k == 0 ? 1 : count;\n",
+                "            const cudaGraphNode_t* deps = &g->bind;  // the nodes run in the order they are added\n"
+                "            const size_t ndeps = 1;\n",
+            )
+        ],
+        {"wrong"},
+        "wrong",
+        "every node depends on the bind node only, as if a graph ran its nodes in the order they were added"
+        " (a stream's rule, not a graph's): the nodes above level 0 may start with the leaves and read partial"
+        " sums not yet written (on a rebuild, whatever cudaMalloc left there). A race, so not certain, but very"
+        " likely on the first call with 2^20 + 3 (65 leaves of a few µs, 5 + 1 nodes launched alongside them);"
+        " n <= 16384 (one node) is right",
+    ),
+    "05_graph.kept_after_n_changed": Variant(
+        "05_graph.cu",
+        [("    if (g.n != (size_t)n) {\n", "    if (g.exec == nullptr) {  // built on the first call\n")],
+        {"wrong"},
+        "when n changes",
+        "the graph is built on the first call and kept whatever n the next calls bring: graph_follows_n's"
+        " second call (n = 2^20 + 3 after 1000) gets the sum of the first 1000 elements",
+    ),
+    "05_graph.root_writes_partials": Variant(
+        "05_graph.cu",
+        [
+            (
+                "            float* dst = k == t.levels - 1 ? nullptr : g->partials + t.offset[k] + j;\n",
+                "            float* dst = g->partials + t.offset[k] + j;  // every node's sum in the partials buffer\n",
+            )
+        ],
+        {"wrong"},
+        "never written",
+        "the root writes its sum into its slot of the partials buffer, like every other node, instead of out[0]:"
+        " out keeps the grader's NaN (graph_follows_n's first call, n = 1000)",
+    ),
+    # --- task 06 (pinned memory, asynchronous copies). Batches (one variant of a task per grading run):
+    #   BATCHES[0] += ["06_async_copy.last_chunk_not_waited_for"]
+    #   BATCHES[1] += ["06_async_copy.one_output_staging_buffer"]
+    #   BATCHES[2] += ["06_async_copy.registers_and_never_unregisters"]
+    # The second is a race between a copy engine and the host, which compute-sanitizer does not see,
+    # so it goes in BATCHES, not SANITIZED. None is decided at the build (AT_BUILD), none is TIMED.
+    "06_async_copy.last_chunk_not_waited_for": Variant(
+        "06_async_copy.cu",
+        [("    CUDA_CHECK(cudaEventSynchronize(p.done[last]));\n", "")],
+        {"wrong"},
+        "wrong",
+        "no wait for the last chunk before copying it out of its staging buffer (the missing synchronization"
+        " before returning): with one chunk (n = 1, 1000) the host reads out_stage[0] a microsecond after queueing"
+        " the copy back, which takes several, and hands y whatever an earlier call left there. With several"
+        " chunks the host's copy of the chunk before usually outlasts the GPU's work on the last one, so the"
+        " large cases pass",
+    ),
+    "06_async_copy.one_output_staging_buffer": Variant(
+        "06_async_copy.cu",
+        [
+            ("cudaMemcpyAsync(p.out_stage[s], ", "cudaMemcpyAsync(p.out_stage[0], "),  # the copy back of chunk k
+            ("p.out_stage[o], length(k - 1)", "p.out_stage[0], length(k - 1)"),  # the host's copy of chunk k - 1
+            ("p.out_stage[last], ", "p.out_stage[0], "),  # the host's copy of the last chunk
+        ],
+        {"wrong"},
+        "wrong",
+        "one output staging buffer for both slots: the host waits for chunk k - 1 and copies it out, but chunk k's"
+        " copy back into the same buffer is already queued and lands while (or before) the host reads. At 2^24"
+        " (32 chunks) the host copies 2 MiB of x in between, by which time the copy back of chunk k has begun: y's"
+        " chunk k - 1 gets chunk k's results; at 2^20 + 3 the copy engine (tens of GB/s) overtakes the host's"
+        " memcpy in the chunk",
+    ),
+    "06_async_copy.registers_and_never_unregisters": Variant(
+        "06_async_copy.cu",
+        [
+            (
+                "    const size_t chunks = (n + CHUNK - 1) / CHUNK;\n",
+                "    // page-lock the caller's arrays as well, so that the copies run at pinned speed\n"
+                "    CUDA_CHECK(cudaHostRegister((void*)x, n * sizeof(float), cudaHostRegisterDefault));\n"
+                "    CUDA_CHECK(cudaHostRegister(y, n * sizeof(float), cudaHostRegisterDefault));\n"
+                "    const size_t chunks = (n + CHUNK - 1) / CHUNK;\n",
+            )
+        ],
+        {"wrong"},
+        "still registered",
+        "registers x and y with cudaHostRegister and never unregisters them: the results are right, but the"
+        " check after the first call finds x still page-locked (the driver's cuMemHostRegister answers"
+        " CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED). Without the check, the next call on the same arrays would"
+        " fail with cudaErrorHostMemoryAlreadyRegistered (crash)",
+    ),
+    # Task 16 (tensor-core ladder): entries for VARIANTS in lab2/solutions/broken.py.
+    # Batches: "16_tensor_core.drops_last_k_step", "16_tensor_core.a_col_major" and
+    # "16_tensor_core.store_unguarded" go in BATCHES, each in a different batch (one variant of a task
+    # per grading run; they can share a batch with other tasks' wrong-verdict variants);
+    # "16_tensor_core.no_barrier_after_loads" goes in SANITIZED (a race). None needs HUGE or TIMED.
+    "16_tensor_core.drops_last_k_step": Variant(
+        "16_tensor_core.cu",
+        [("    for (int k = 0; k < K; k += WK) {\n", "    for (int k = 0; k + WK < K; k += WK) {\n")],
+        {"wrong"},
+        "wrong",
+        "rung 1's K loop stops one step of 16 early: the last 16 products of every dot product are never added"
+        " (16x16x16, the first case, has one step and gives zeros; 16x4096x16 is off by about 0.25)",
+    ),
+    "16_tensor_core.no_barrier_after_loads": Variant(
+        "16_tensor_core.cu",
+        [("        __syncthreads();  // both tiles complete before any warp loads a fragment from them\n", "")],
+        {"sanitizer", "wrong"},
+        "",
+        "rung 2 has no barrier between storing its shared tiles and loading fragments from them: a warp reads"
+        " chunks of A and B that other warps have not stored yet (the barrier after the products is left, so"
+        " the barrier rule is satisfied)",
+    ),
+    "16_tensor_core.a_col_major": Variant(
+        "16_tensor_core.cu",
+        [("half, wmma::row_major> a;  // A[row0", "half, wmma::col_major> a;  // A[row0")],
+        {"wrong"},
+        "wrong",
+        "rung 1 declares A's fragment col_major while A is row-major: load_matrix_sync then reads each 16 x 16"
+        " block of A transposed (every address stays inside A, so nothing crashes); wrong from 16x16x16 on",
+    ),
+    "16_tensor_core.store_unguarded": Variant(
+        "16_tensor_core.cu",
+        [("if (row < M && col < N)\n                wmma::store_matrix_sync(", "wmma::store_matrix_sync(")],
+        {"wrong"},
+        "out of bounds",
+        "rung 2 stores all 64 fragments of its 128 x 128 tile, also those outside C: in 16x16x16 the fragments"
+        " right of column 16 land on the next rows and those below row 16 up to index 2159 of a 256-element C"
+        " (inside the grader's fence)",
+    ),
+    # --- task 17 (attention ladder). Batches: "17_attention.no_rescale", "17_attention.causal_sees_next"
+    # and "17_attention.drops_last_tile" each in a different BATCHES batch (one variant of a task per
+    # grading run); "17_attention.no_barrier_before_next_tile" in SANITIZED.
+    "17_attention.no_rescale": Variant(
+        "17_attention.cu",
+        [("            l *= alpha;  // the sum so far, rescaled to the new max\n", "")],
+        {"wrong"},
+        "wrong",
+        "rung 2 rescales its output row o when the running max grows but not its running sum l: l keeps"
+        " terms relative to an older, smaller max, so O = o / l comes out too small on every row whose max"
+        " grew after its first chunk of 16 keys: right for T = 1; BH=2,T=17 fails when a row's 17th key holds"
+        " its max (a row in 17 on average), BH=3,T=100 on most rows",
+    ),
+    "17_attention.causal_sees_next": Variant(
+        "17_attention.cu",
+        [
+            (
+                "    const int last = causal ? min(row, T - 1) : T - 1;     // the last key this row sees\n",
+                "    const int last = causal ? min(row + 1, T - 1) : T - 1;  // the last key this row sees\n",
+            )
+        ],
+        {"wrong"},
+        "wrong",
+        "rung 2's causal mask is off by one: token i also sees token i + 1 (j <= i + 1 instead of j <= i)."
+        " Right on every non-causal case and on BH=1,T=1 causal (there is no token 1); every row but the"
+        " last of BH=2,T=17 causal is wrong",
+    ),
+    "17_attention.drops_last_tile": Variant(
+        "17_attention.cu",
+        [
+            (
+                "    for (int k0 = 0; k0 < keys; k0 += BC) {\n",
+                "    for (int k0 = 0; k0 + BC <= keys; k0 += BC) {  // whole tiles of keys\n",
+            )
+        ],
+        {"wrong"},
+        "wrong",
+        "rung 2's loop over key tiles stops at the last whole tile of 64: the last T % 64 keys are never"
+        " seen. With T < 64 no tile is read at all and O = 0 / 0 = NaN (BH=1,T=1 and BH=2,T=17); T = 100"
+        " loses keys 64 to 99, T = 257 key 256",
+    ),
+    "17_attention.no_barrier_before_next_tile": Variant(
+        "17_attention.cu",
+        [("        __syncthreads();  // every warp is done with the previous tile before it is overwritten\n", "")],
+        {"sanitizer", "wrong"},
+        "",
+        "rung 2 has no barrier between the last reads of one K/V tile and the loads of the next: a warp"
+        " that finishes its chunks first overwrites Ks and Vs while the other warp of the block still reads"
+        " them (T > 64: BH=3,T=100 and larger; the barrier after the loads is left, so the barrier rule"
+        " is satisfied)",
+    ),
 }
 
 # one grading run per batch: each batch mixes tasks, so a hang or a crash must not stop the rest
 BATCHES = [
     [
+        "00_profile_first.edges_not_clamped",
         "01_coalescing.misses_the_tail",
         "02_divergence.wrong_piece",
         "03_waves.occupancy_from_threads",
+        "04_streams.no_wait",
+        "05_graph.tree_waits_for_bind_only",
+        "06_async_copy.last_chunk_not_waited_for",
         "07_fusion.bias_by_row",
         "08_inline_ptx.float_as_r",
         "10_reduction.drops_the_tail",
@@ -467,26 +806,44 @@ BATCHES = [
         "12_scan.offset_to_wrong_block",
         "13_softmax.online_overflows",
         "15_sgemm.ignores_k_tail",
+        "16_tensor_core.drops_last_k_step",
+        "17_attention.no_rescale",
     ],
     [
+        "00_profile_first.odd_iters_end_in_scratch",
         "02_divergence.no_grid_stride",
         "03_waves.waves_round_down",
+        "04_streams.graph_never_rebuilt",
+        "05_graph.kept_after_n_changed",
+        "06_async_copy.one_output_staging_buffer",
         "07_fusion.no_row_loop",
         "08_inline_ptx.lane_from_threadidx",
         "11_transpose.out_index_swapped",
         "12_scan.pair_guard_drops_tail",
         "13_softmax.first_warp_only",
         "15_sgemm.no_row_guard_on_store",
+        "16_tensor_core.a_col_major",
+        "17_attention.causal_sees_next",
     ],
     [
+        "00_profile_first.malloc_every_round",
         "02_divergence.boundary_to_the_right",
         "03_waves.hardcoded_sms",
+        "04_streams.staging_never_grows",
+        "05_graph.root_writes_partials",
+        "06_async_copy.registers_and_never_unregisters",
         "08_inline_ptx.bfe_operands_swapped",
         "12_scan.exclusive",
         "13_softmax.write_stops_at_blockdim",
         "15_sgemm.a_column_major",
+        "16_tensor_core.store_unguarded",
+        "17_attention.drops_last_tile",
     ],
-    ["03_waves.waves_in_double", "08_inline_ptx.fma_in_a_comment", "13_softmax.unbiased_variance"],
+    [
+        "03_waves.waves_in_double",
+        "08_inline_ptx.fma_in_a_comment",
+        "13_softmax.unbiased_variance",
+    ],
 ]
 # graded with compute-sanitizer as well (one run: one variant per task)
 SANITIZED = [
@@ -494,10 +851,16 @@ SANITIZED = [
     "11_transpose.barrier_before_loads",
     "12_scan.hillis_steele_race",
     "15_sgemm.no_barrier_before_next_tile",
+    "16_tensor_core.no_barrier_after_loads",
+    "17_attention.no_barrier_before_next_tile",
 ]
 # verdicts the build decides (the rules judge what was compiled): graded on a machine without a GPU too
-AT_BUILD: list[str] = ["03_waves.hardcoded_sms", "08_inline_ptx.fma_in_a_comment"]
+AT_BUILD: list[str] = [
+    "00_profile_first.malloc_every_round",
+    "03_waves.hardcoded_sms",
+    "08_inline_ptx.fma_in_a_comment",
+]
 HUGE: list[str] = []  # graded with the cases past 2^31 elements (tens of GB of GPU memory)
 # graded with timing on (quick): they pass every correctness check and game only the timed calls,
 # or are right but slow and must earn no performance points
-TIMED: list[str] = ["11_transpose.no_padding"]
+TIMED: list[str] = ["00_profile_first.one_thread_per_block", "04_streams.one_stream", "11_transpose.no_padding"]

@@ -1,0 +1,155 @@
+"""Checks for lab2/16_tensor_core.cu: a small tensor-core ladder, C = A @ B with A and B in float16
+and C in float32 (FP32 accumulation), through the WMMA API: one warp per 16 x 16 tile of C with its
+fragments loaded from global memory, then 128 x 128 block tiles staged in shared memory. Timed
+against cuBLAS's half GEMM (through torch).
+
+The inputs. A (M, K) and B (K, N) are standard normal divided by 4, rounded to float16: |a| < 2 in
+practice, far from float16's overflow (65504), and the rounding happens before anything is
+compared, so the float16 values are the inputs. The contract asks for M, N and K to be multiples
+of 16 (the WMMA tile), so every case is. The shapes are written M x K x N. 16x16x16 is one fragment
+and one step of K; 16x4096x16 one fragment and 256 steps; 48x48x80 and 144x80x208 have no
+dimension that is a multiple of a block's tile (32 or 128), and K = 48 and 80 end in half a step of
+rung 2's BK = 32; 32x16x2064 is one row of 17 tiles of 128 columns; 1008x1024x992 has partial tiles
+on both sides at a size where caches no longer hide mistakes.
+
+The tolerance. The reference is the float64 product of the float16 values: every product of two
+halves is exact in float64 (22 significant bits) and so is, to 1e-16, their sum, so what is left
+is the error of the kernel's own additions. A tensor core multiplies halves exactly, but it does
+not add the way a chain of FMAs does: per instruction it aligns the products and the accumulator
+to the largest exponent among them, drops the bits that fall below the float32 frame and
+normalises the sum by truncation (Fasi, Higham, Mikaitis and Pranesh, "Numerical behavior of
+NVIDIA tensor cores", PeerJ CS 2021, measured V100, T4 and A100; Khattak and Mikaitis, "Accurate
+models of NVIDIA tensor cores", 2025, model H100 and B200). The classical worst case,
+K * u * sum_k |a_k b_k| with u = 2^-23 for truncation, is 0.08 at K = 4096 for these inputs
+(sum_k |a_k b_k| ~ K * 2 / (16 pi)): too loose to tell a right kernel from one that loses a term.
+The errors are far smaller in practice: a float64 emulation of such an accumulation (align and
+truncate with 0 or 3 extra bits, in blocks of 8 or 16 products, normalise toward zero) over 65536
+dot products of K = 4096 gave a median error of 4e-6 to 1.5e-5 and a maximum of 7.5e-5 to 9.7e-5
+(2e-5 at K = 1024); exact blocks rounded to nearest give at most 1e-5. atol = 1e-3 leaves a factor
+of 10 over those for the 2^24 outputs of each timed 4096^3 call, and no rtol is needed (the
+reference rounded to float32 is within 2^-24 |C| of the float64 product, under 1e-6).
+
+What it rejects: a lost step of K drops 16 products of standard deviation 1/16 each, an error of
+0.25 rms (median 0.16), past atol for 99.7% of the elements (all of 16x16x16 become 0); a single
+lost product is off by |a_k b_k|, above 1e-3 for about 95% of the elements; a fragment of A read
+as column-major (the transpose of each 16 x 16 block) is off by about as much as C itself;
+accumulating in half instead of float rounds the running sum 256 times to 11 bits at K = 4096, a
+median error of 5e-3 (87% of the elements past atol); and a half copy of the right answer is off
+by up to 2^-11 |C|, past 1e-3 for about a sixth of the elements of 16x4096x16 (those with
+|C| > 4; |C| has a standard deviation of sqrt(K) / 16 = 4 there).
+"""
+
+from grader.tasks import (
+    NO_LIBRARIES,
+    Case,
+    CudaTask,
+    Entry,
+    In,
+    Int,
+    Out,
+    PerfTarget,
+    Rule,
+    uses_shared_memory,
+    uses_syncthreads,
+)
+from grader.tasks.ladder import Ladder
+
+ARGS = [In("A", "f16"), In("B", "f16"), Out("C"), Int("M"), Int("N"), Int("K")]
+TIMING = "4096x4096x4096"
+
+
+def shape(m, k, n):
+    """A case of shape M x K x N. The racecheck runs the small cases only: those up to 2^22
+    multiply-adds, which include rung 2 reloading its shared tiles (144x80x208: 3 steps of K)."""
+    return Case(f"{m}x{k}x{n}", small=m * k * n <= 1 << 22, M=m, K=k, N=n)
+
+
+def make_inputs(p, rng):
+    m, k, n = p["M"], p["K"], p["N"]
+    a = (rng.randn(m, k) / 4).half()
+    b = (rng.randn(k, n) / 4).half()
+    return {"A": a, "B": b, "M": m, "N": n, "K": k}
+
+
+def reference(v):
+    import torch
+
+    return {"C": (v["A"].double() @ v["B"].double()).to(torch.float32)}
+
+
+# The baseline's own half output (cuBLAS writes C in the inputs' dtype), kept from call to call so
+# that no timed call pays for an allocation. One at a time: a new size replaces the last one.
+_C16 = {}
+
+
+def cublas(v, o):
+    import torch
+
+    # FP32 accumulation all the way, as the rungs do: no split-K partial sums added in half
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    a, b = v["A"], v["B"]
+    c = _C16.get("C")
+    if c is None or c.shape != (a.shape[0], b.shape[1]) or c.device != a.device:
+        c = _C16["C"] = torch.empty(a.shape[0], b.shape[1], dtype=torch.float16, device=a.device)
+    torch.matmul(a, b, out=c)
+
+
+def flops(v):
+    return 2.0 * v["M"] * v["N"] * v["K"]  # one multiply and one add per term of every dot product
+
+
+def entry(symbol):
+    return Entry(symbol, ARGS, reference=reference, baseline=cublas, flops=flops, flop_peak="tensor")
+
+
+RUNGS = ["hgemm_1", "hgemm_2"]
+
+TASK = CudaTask(
+    lab="lab2",
+    number="16",
+    title="tensor-core GEMM (WMMA)",
+    sources=["16_tensor_core.cu"],
+    entries=[entry(s) for s in RUNGS],
+    cases=[
+        shape(16, 16, 16),
+        shape(16, 4096, 16),
+        shape(48, 48, 80),
+        shape(144, 80, 208),
+        shape(32, 16, 2064),
+        shape(256, 256, 256),
+        shape(1008, 1024, 992),
+        shape(4096, 4096, 4096),
+    ],
+    make_inputs=make_inputs,
+    tolerance={"f32": (1e-3, 0.0)},
+    timing_case=TIMING,
+    # every timed call gets a fresh draw and its own float64 reference (a 4096^3 DGEMM, a few ms)
+    timeout=120,
+    rules=[
+        NO_LIBRARIES,
+        Rule("require", r"\bmma_sync\s*\(", "both rungs multiply on the tensor cores (wmma::mma_sync)"),
+        uses_shared_memory("rung 2 stages the tiles of A and B in shared memory", r"hgemm_smem_kernel"),
+        uses_syncthreads(
+            "a shared tile must be complete before a warp loads fragments from it, and read by every warp "
+            "before it is replaced",
+            r"hgemm_smem_kernel",
+        ),
+    ],
+    # Not a gate: no reference timing yet (see the chapter); the lead sets it from an H100 run.
+    perf=[PerfTarget("hgemm_2", "speedup", 0.25, 2, gate=False)],
+    ladder=Ladder(
+        name="hgemm",
+        rungs=RUNGS,
+        sweep=[Case(f"{n}³", M=n, K=n, N=n) for n in (1024, 2048, 4096)],
+        baselines={"cuBLAS": cublas},
+        metric="gflops",
+        labels={
+            "hgemm_1": "1 WMMA, fragments from global memory",
+            "hgemm_2": "2 WMMA, 128 × 128 tiles in padded shared memory",
+        },
+    ),
+)
+
+
+def test_tensor_core(grade):
+    grade(TASK)
