@@ -23,7 +23,7 @@ from the driver leaves the question open (a note, no verdict).
 import ctypes
 
 from grader.child.context import RunContext, seed_for
-from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, Float, HostIn, HostOut, Int, PerfTarget, Rule
+from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, Float, HostIn, HostOut, Int, Rule
 from grader.tasks.spec import Rng
 
 ARGS = [HostIn("x"), HostOut("y"), Int("n"), Float("a")]
@@ -123,7 +123,8 @@ TASK = CudaTask(
             "stage the chunks in pinned buffers you allocate once (cudaMallocHost or cudaHostAlloc)",
         ),
     ],
-    perf=[PerfTarget("copy_pinned", "speedup_over:copy_pageable", 1.2, 2, gate=True)],
+    # no performance target yet: the reference measured 0.84x copy_pageable on an H100 (see the chapter)
+    perf=[],
 )
 
 
