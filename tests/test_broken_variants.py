@@ -16,8 +16,7 @@ from grader.build import nvcc as build
 from grader.parent import runner, scoring
 from grader.records import TaskResult
 from grader.tasks import Task, catalogue
-
-OUT = paths.BUILD / "broken"
+from grader.tests import variants
 
 
 def _catalogue(lab: str) -> ModuleType:
@@ -42,14 +41,7 @@ def _each(lists: Callable[[ModuleType], list[str]]) -> list[pytest.ParameterSet]
 
 def materialize(lab: str, name: str) -> Path:
     v = BROKEN[lab].VARIANTS[name]
-    text = (paths.ROOT / lab / "solutions" / v.solution).read_text()
-    for old, new in v.edits:
-        assert old in text, f"{lab}/{name}: the edit no longer applies to {v.solution}: {old!r}"
-        text = text.replace(old, new)
-    (OUT / lab).mkdir(parents=True, exist_ok=True)
-    path = OUT / lab / f"{name}.cu"
-    path.write_text(f"// BROKEN ON PURPOSE ({v.why})\n{text}")
-    return path
+    return variants.materialize(paths.ROOT / lab / "solutions" / v.solution, v.edits, f"{lab}-{name}", v.why)
 
 
 @pytest.mark.parametrize("lab", LABS)

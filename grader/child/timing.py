@@ -19,6 +19,7 @@ bandwidths) is a failed measurement, never a score.
 from __future__ import annotations
 
 import ctypes
+import functools
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -92,6 +93,12 @@ def hold() -> None:
     torch.cuda._sleep(HOLD_CYCLES)
 
 
+@functools.cache
+def flush() -> Flush:
+    """This process's one flush buffer, shared by every Timer and every bandwidth measurement."""
+    return Flush()
+
+
 class Flush:
     """Evicts from L2 what the previous repetition left there, by reading (not writing) a buffer
     twice L2's size. A write would leave L2 full of dirty lines, whose write-back the next timed
@@ -117,7 +124,7 @@ class Timer:
 
         self.torch = torch
         self.host = host  # host-pointer tasks include their copies: a wall clock is the honest timer
-        self.flush = Flush()
+        self.flush = flush()
 
     def _once(self, subject: Subject, rep: int) -> float:
         torch = self.torch
@@ -306,13 +313,13 @@ def _median_ms(fn: Callable[[], object], warm: int = 3, reps: int = 15) -> float
     these bandwidths compare like with like."""
     import torch
 
-    flush = Flush()
+    evict = flush()
     for _ in range(warm):
         fn()
     times = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        flush()
+        evict()
         hold()
         start.record()
         fn()

@@ -98,12 +98,12 @@ def _scored(task: Task, result: TaskResult) -> TaskResult:
     return result
 
 
-BUSY = "timing"  # the first word of the note a result gets when other processes used the GPU
+BUSY = "timing: other processes were using this GPU when grading began"  # how that note starts
 
 
 def busy_notes(results: list[TaskResult]) -> list[str]:
     """The distinct notes saying other processes used the GPU while `results` were timed."""
-    return sorted({n for r in results for n in r.notes if n.startswith(f"{BUSY}: other processes")})
+    return sorted({n for r in results for n in r.notes if n.startswith(BUSY)})
 
 
 def grade(
@@ -115,12 +115,7 @@ def grade(
     grade deliberately broken variants and fixture tasks).
     """
     others = toolchain.other_gpu_processes() if opts.timing != "off" else []
-    busy = (
-        f"{BUSY}: other processes were using this GPU when grading began ({', '.join(others)}): "
-        "the times may be low; nvidia-smi lists them"
-        if others
-        else ""
-    )
+    busy = f"{BUSY} ({', '.join(others)}): the times may be low; nvidia-smi lists them" if others else ""
     for result in _grade(tasks, opts, overrides or {}):
         task = next(t for t in tasks if t.task_id == result.task_id)
         if busy and result.timings:
