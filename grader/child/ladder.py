@@ -313,13 +313,16 @@ def make_row(
     if entry.bytes_moved is not None:
         moved = entry.bytes_moved(inputs)
         row.gbps = moved / (s.median_ms * 1e-3) / 1e9
-        row.copy_gbps = timing.copy_bandwidth_like(moved)
-        row.share_of_copy = row.gbps / row.copy_gbps
+        if entry.host:  # host-pointer entries move their bytes over the host link: a device copy is no measure
+            row.copy_gbps = None
+        else:
+            row.copy_gbps = timing.copy_bandwidth_like(moved)
+            row.share_of_copy = row.gbps / row.copy_gbps
     if entry.flops is not None:
         row.gflops = entry.flops(inputs) / (s.median_ms * 1e-3) / 1e9
     if row.gflops is not None and row.peak_gflops:
         row.share_of_peak = row.gflops / row.peak_gflops
-    elif row.gbps is not None and row.peak_gbps:
+    elif row.gbps is not None and row.peak_gbps and not entry.host:
         row.share_of_peak = row.gbps / row.peak_gbps
     return row
 

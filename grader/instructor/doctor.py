@@ -40,7 +40,12 @@ MIN_PYTHON = (3, 10)
 MIN_NVCC_MAJOR = 12
 MIN_CC = (7, 0)
 # Which imports prove that a requirement is usable (the jupyter metapackage has no module of its own).
-MODULES: dict[str, tuple[str, ...]] = {"jupyter": ("jupyter_core", "notebook"), "pyyaml": ("yaml",)}
+MODULES: dict[str, tuple[str, ...]] = {
+    "jupyter": ("jupyter_core", "notebook"),
+    "pyyaml": ("yaml",),
+    "cuda-bindings": ("cuda.bindings",),
+    "cuda-core": ("cuda.core",),
+}
 MODEL_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".model", ".json")
 
 State = Literal["ok", "fail", "absent"]

@@ -18,12 +18,11 @@
 // Test:      make test-lab2 TASK=04
 
 #include "course.h"
+#include "course_host_copy.h"
 
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
-#include <system_error>
-#include <thread>
 
 constexpr size_t CHUNK = size_t(1) << 20;  // floats per chunk (4 MiB): the pipeline's unit of work
 constexpr int STREAMS = 4;                 // chunk c runs on stream c % STREAMS
@@ -61,37 +60,10 @@ __global__ void scramble_kernel(float* __restrict__ v, size_t count) {
 
 static unsigned blocks_for(size_t count) { return (unsigned)((count + THREADS - 1) / THREADS); }
 
-// ---------------------------------------------------------------------------------------------
 // The CPU side of the staging (given): the grader's x and y are pageable, and only pinned memory
 // can take part in an asynchronous copy, so every call copies x into a pinned buffer first and the
-// result out of it last. One CPU core copies roughly 10 to 20 GB/s, less than a PCIe 5 link moves:
-// on one thread this copy alone would outlast every GPU stage together (see the chapter), so up
-// to HOST_THREADS threads each copy one slice. Small copies stay on the calling thread.
-// ---------------------------------------------------------------------------------------------
-
-constexpr size_t HOST_THREADS = 8;
-constexpr size_t BYTES_PER_THREAD = size_t(1) << 20;  // below this, a thread costs more than it saves
-
-static void host_copy(float* dst, const float* src, size_t count) {
-    const size_t bytes = count * sizeof(float);
-    const size_t cores = std::max<size_t>(1, std::thread::hardware_concurrency());
-    const size_t threads = std::max<size_t>(1, std::min({HOST_THREADS, cores, bytes / BYTES_PER_THREAD}));
-    const size_t slice = (count + threads - 1) / threads;  // floats per thread
-    std::thread helpers[HOST_THREADS];
-    for (size_t t = 1; t < threads && t * slice < count; ++t) {
-        float* d = dst + t * slice;
-        const float* s = src + t * slice;
-        const size_t b = std::min(slice, count - t * slice) * sizeof(float);
-        try {
-            helpers[t] = std::thread([=] { std::memcpy(d, s, b); });
-        } catch (const std::system_error&) {
-            std::memcpy(d, s, b);  // no thread to spare: copy this slice here
-        }
-    }
-    std::memcpy(dst, src, std::min(slice, count) * sizeof(float));
-    for (std::thread& h : helpers)
-        if (h.joinable()) h.join();
-}
+// result out of it last, with course_host_copy.h's host_copy, which splits a copy over up to 8 CPU
+// threads: on one thread this copy alone would outlast every GPU stage together (see the chapter).
 
 // ---------------------------------------------------------------------------------------------
 // What every call shares: the buffers, and the streams and events of the pipeline.
@@ -269,9 +241,9 @@ static cudaError_t staged(const float* x, float* y, int n, Body body) {
     if (n < 0) return cudaErrorInvalidValue;
     if (n == 0) return cudaSuccess;
     CUDA_CHECK(reserve((size_t)n));
-    host_copy(buf.host, x, (size_t)n);  // pageable -> pinned
+    host_copy({{buf.host, x, (size_t)n * sizeof(float)}});  // pageable -> pinned
     CUDA_CHECK(body((size_t)n));        // pinned -> device -> scramble -> pinned, finished on return
-    host_copy(y, buf.host, (size_t)n);  // pinned -> pageable
+    host_copy({{y, buf.host, (size_t)n * sizeof(float)}});  // pinned -> pageable
     return cudaSuccess;
 }
 

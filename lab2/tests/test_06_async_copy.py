@@ -7,9 +7,9 @@ memory. There is no tolerance: y[i] = a * x[i] is one float32 multiplication, wh
 rounds correctly, so it has exactly one right answer (the float64 product of the two float32
 values, exact in float64, rounded once to float32). A chunk copied twice, copied from the wrong
 slot or never copied back is wrong at every element it touches. The sizes: one element, a
-thousand (one short chunk), one element past a whole chunk (2^19 + 1: a second chunk of one
-element), three chunks of which the last holds 3 elements (2^20 + 3), and the timing size, 2^24
-floats (64 MiB each way, 32 chunks).
+thousand (one short chunk), one element past a whole chunk (2^21 + 1: a second chunk of one
+element), three chunks of which the last holds 3 elements (2^22 + 3), and the timing size, 2^24
+floats (64 MiB each way, 8 chunks).
 
 A check runs first, `caller_buffers_not_left_registered`: after one call on fresh arrays, the
 grader tries to register x and y itself (cuMemHostRegister, in the driver). Success means the call
@@ -23,11 +23,11 @@ from the driver leaves the question open (a note, no verdict).
 import ctypes
 
 from grader.child.context import RunContext, seed_for
-from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, Float, HostIn, HostOut, Int, Rule
+from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, Float, HostIn, HostOut, Int, PerfTarget, Rule
 from grader.tasks.spec import Rng
 
 ARGS = [HostIn("x"), HostOut("y"), Int("n"), Float("a")]
-SIZES = [1, 1000, (1 << 19) + 1, (1 << 20) + 3]
+SIZES = [1, 1000, (1 << 21) + 1, (1 << 22) + 3]
 TIMING = 1 << 24
 ALREADY_REGISTERED = 712  # CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED (cuda.h)
 
@@ -76,7 +76,7 @@ def caller_buffers_not_left_registered(ctx: RunContext) -> None:
 
     fn = ctx.entry("copy_pinned")
     rng = Rng(seed_for(ctx.task, "caller_buffers_not_left_registered"), "cuda")
-    n = (1 << 20) + 3
+    n = (1 << 22) + 3
     x = rng.randn(n).cpu().numpy().copy()  # an allocation of its own, as a caller would make
     a = rng.scalar()
     y = np.full(n, np.nan, dtype=np.float32)
@@ -123,8 +123,7 @@ TASK = CudaTask(
             "stage the chunks in pinned buffers you allocate once (cudaMallocHost or cudaHostAlloc)",
         ),
     ],
-    # no performance target yet: the reference measured 0.84x copy_pageable on an H100 (see the chapter)
-    perf=[],
+    perf=[PerfTarget("copy_pinned", "speedup_over:copy_pageable", 1.5, 2, gate=True)],
 )
 
 
