@@ -786,6 +786,41 @@ VARIANTS: dict[str, Variant] = {
         " them (T > 64: BH=3,T=100 and larger; the barrier after the loads is left, so the barrier rule"
         " is satisfied)",
     ),
+    # --- task 09 (the numbers notebook). Each in its own batch (one variant of a task per grading run);
+    # the checks run after the whole notebook, so each is graded at the notebook's own time limit.
+    "09_numbers.loads_optimized_away": Variant(
+        "09_numbers.ipynb",
+        [("    if (acc == -1.0f) out[0] = acc;  // x is all ones: never true, but the compiler cannot know\n", "")],
+        {"wrong"},
+        "past the card's DRAM peak",
+        "read_sum without its guarded write: the sum is never used, so the compiler drops the loads and the"
+        " kernel reads nothing; read_bandwidth reports what an empty loop costs, far past HBM's bound",
+    ),
+    "09_numbers.host_timer_without_sync": Variant(
+        "09_numbers.ipynb",
+        [
+            (
+                "    ms = time_ms(lambda: run(_read_sum, grid, 256, *args))\n",
+                "    import time\n\n"
+                "    t0 = time.perf_counter()\n"
+                "    run(_read_sum, grid, 256, *args)  # returns as soon as the launch is queued\n"
+                "    ms = (time.perf_counter() - t0) * 1e3\n",
+            )
+        ],
+        {"wrong"},
+        "past the card's DRAM peak",
+        "read_bandwidth times the launch call with the host's clock and never waits for the GPU: it measures"
+        " how long queueing a kernel takes, microseconds for any amount of data",
+    ),
+    "09_numbers.shared_bank_conflicts": Variant(
+        "09_numbers.ipynb",
+        [("tile[(t + 32 * r) & 1023];", "tile[(32 * t + r) & 1023];")],
+        {"wrong"},
+        "bank conflicts",
+        "shared_read's lanes read float4s 512 bytes apart (32 * t): every lane of a warp hits the same four"
+        " banks, so each warp instruction takes many times the four wavefronts a conflict-free one needs, and"
+        " the measured shared-memory bandwidth falls far below 30% of 128 bytes per SM per clock",
+    ),
 }
 
 # one grading run per batch: each batch mixes tasks, so a hang or a crash must not stop the rest
@@ -798,6 +833,7 @@ BATCHES = [
         "04_streams.no_wait",
         "05_graph.tree_waits_for_bind_only",
         "06_async_copy.last_chunk_not_waited_for",
+        "09_numbers.loads_optimized_away",
         "07_fusion.bias_by_row",
         "08_inline_ptx.float_as_r",
         "10_reduction.drops_the_tail",
@@ -815,6 +851,7 @@ BATCHES = [
         "04_streams.graph_never_rebuilt",
         "05_graph.kept_after_n_changed",
         "06_async_copy.one_output_staging_buffer",
+        "09_numbers.host_timer_without_sync",
         "07_fusion.no_row_loop",
         "08_inline_ptx.lane_from_threadidx",
         "11_transpose.out_index_swapped",
@@ -831,6 +868,7 @@ BATCHES = [
         "04_streams.staging_never_grows",
         "05_graph.root_writes_partials",
         "06_async_copy.registers_and_never_unregisters",
+        "09_numbers.shared_bank_conflicts",
         "08_inline_ptx.bfe_operands_swapped",
         "12_scan.exclusive",
         "13_softmax.write_stops_at_blockdim",
