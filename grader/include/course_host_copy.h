@@ -44,7 +44,8 @@ static inline void host_copy(std::initializer_list<HostCopy> list) {
     const size_t count = list.size();
     size_t total = 0;
     for (const HostCopy& c : list) total += c.bytes;
-    const size_t cores = std::max<size_t>(1, std::thread::hardware_concurrency());
+    // asked once: glibc answers by reading /sys, tens of microseconds that a small copy should not pay
+    static const size_t cores = std::max<size_t>(1, std::thread::hardware_concurrency());
     const size_t threads = std::max<size_t>(1, std::min({HOST_COPY_THREADS, cores, total / HOST_COPY_MIN_SLICE}));
     const size_t slice = (total + threads - 1) / threads;
     std::thread helpers[HOST_COPY_THREADS];

@@ -18,6 +18,12 @@ CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED means the call page-locked them and ne
 them, which the contract forbids: the caller may free them at once, and a registration kept for a
 freed range (a cache keyed by pointer) pins memory that is no longer the caller's. Any other answer
 from the driver leaves the question open (a note, no verdict).
+
+A second check, `back_to_back_calls_each_see_their_own_inputs`, makes 40 short calls in a row
+(n = 1, 7, 1000, 4099), each on new values. A call that copies its last chunk out of the staging
+buffer without waiting for the copy back into it hands y what the previous call left there; the
+cases alone can miss that, since the grader calls a case more than once with the same inputs, and
+a stale result of the same inputs is right.
 """
 
 import ctypes
@@ -103,6 +109,29 @@ def caller_buffers_not_left_registered(ctx: RunContext) -> None:
             return
 
 
+def back_to_back_calls_each_see_their_own_inputs(ctx: RunContext) -> None:
+    """Forty short calls in a row, each on new values: a call that hands back its staging buffer
+    before its own copy back has landed returns the previous call's results."""
+    import numpy as np
+
+    fn = ctx.entry("copy_pinned")
+    rng = Rng(seed_for(ctx.task, "back_to_back_calls_each_see_their_own_inputs"), "cuda")
+    for i in range(40):
+        n = (1, 7, 1000, 4099)[i % 4]
+        x = rng.randn(n).cpu().numpy().copy()
+        a = rng.scalar()
+        y = np.full(n, np.nan, dtype=np.float32)
+        ctx.check_rc("copy_pinned", fn({"x": x, "y": y, "n": n, "a": a}), f"n={n}, call {i + 1} of 40")
+        expected = (x.astype(np.float64) * as_float32(a)).astype(np.float32)
+        if not np.array_equal(y, expected):
+            bad = int((y != expected).sum())
+            ctx.fail(
+                f"copy_pinned(n={n}), call {i + 1} of 40 in a row, each on new values: {bad} of {n} elements of "
+                "`y` are wrong. Did the host copy a chunk out of its staging buffer before the copy back into it "
+                "had finished (a missing wait for the last chunk's event)? An earlier call's results were still there"
+            )
+
+
 TASK = CudaTask(
     lab="lab2",
     number="06",
@@ -113,7 +142,7 @@ TASK = CudaTask(
     make_inputs=make_inputs,
     tolerance={"f32": (0.0, 0.0)},
     timing_case="n=2^24",
-    checks=[caller_buffers_not_left_registered],
+    checks=[caller_buffers_not_left_registered, back_to_back_calls_each_see_their_own_inputs],
     rules=[
         NO_LIBRARIES,
         Rule("require", r"cudaMemcpyAsync\s*\(", "move the chunks with cudaMemcpyAsync on your streams"),
