@@ -8,6 +8,7 @@ nvcc), then a `ChildJob` for the task process (grader/child), whose `ChildReport
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import signal
@@ -143,6 +144,14 @@ def _grade(
             if outcome.verdict is not None and not (opts.force_run and outcome.verdict == Verdict.NOT_STARTED):
                 early[t.task_id] = _result(t, src, outcome.verdict, outcome.message)
                 break
+    prepared: dict[str, str | None] = {}  # each prepare step once per run: its error, or None
+    for t in tasks:
+        if t.prepare is None or t.task_id in early:
+            continue
+        if t.prepare not in prepared:
+            prepared[t.prepare] = _prepare(t.prepare)
+        if prepared[t.prepare] is not None:
+            early[t.task_id] = _result(t, sources[t.task_id][t.source], Verdict.ENVIRONMENT, prepared[t.prepare])
     gpu = toolchain.has_gpu()
     runnable = {t.task_id for t in tasks if t.task_id not in early and (gpu or not t.gpu)}
     cuda = [t for t in tasks if t.task_id not in early and isinstance(t, CudaTask)]
@@ -179,6 +188,17 @@ def _grade(
         if pending is not None:
             pending.kill()
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _prepare(target: str) -> str | None:
+    """Runs a task's prepare step ("module:function"); its error message, or None when it worked."""
+    module, _, name = target.partition(":")
+    try:
+        getattr(importlib.import_module(module), name)()
+    except Exception as e:  # a broken prepare step is that task's environment problem, not the run's
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        return f"preparing the task ({target}) failed: {type(e).__name__}: {first}"
+    return None
 
 
 def _grade_one(

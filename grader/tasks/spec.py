@@ -211,6 +211,10 @@ class Task:
     perf: Sequence[PerfTarget] = ()
     gpu: bool = True  # False: runs and is graded on a machine without a GPU too
     timeout: float | None = None  # seconds for the task process; None: GRADER_TIMEOUT (60)
+    # "module:function" the grading process calls before the task's own process starts, outside the
+    # sandbox, to make what the task reads (lab 3's trained weights); imported only then, so that
+    # declaring a task stays cheap. An exception it raises is the task's `environment` verdict.
+    prepare: str | None = None
     spec_file: str = ""  # filled in by the grader: where this spec was loaded from
 
     @property

@@ -215,3 +215,38 @@ def test_rules_read_python_without_its_comments_and_strings(task):
     assert check_source(ruled, prose, "tinystats/stats.py").verdict is None
     out = check_source(ruled, prose + "import numpy\n", "tinystats/stats.py")
     assert out.verdict == Verdict.RULE and out.message.startswith("tinystats/stats.py:3: `numpy`")
+
+
+PREPARED: list[str] = []
+
+
+def record_prepare() -> None:
+    """A prepare step for the tests below: it only notes that it ran."""
+    PREPARED.append("ran")
+
+
+def failing_prepare() -> None:
+    raise FileNotFoundError("lab3/models/mlp.safetensors: run make train-lab3")
+
+
+def test_a_prepare_step_runs_once_per_run_before_its_tasks(task):
+    """Two tasks that share a prepare step: it runs once, in the grading process, and both pass."""
+    PREPARED.clear()
+    prepared = dataclasses.replace(task, prepare=f"{__name__}:record_prepare")
+    second = dataclasses.replace(prepared, number="95")
+    results = list(
+        runner.grade(
+            [prepared, second],
+            runner.Options(timing="off", timeout=TIMEOUT),
+            {prepared.task_id: REFERENCE, second.task_id: REFERENCE},
+        )
+    )
+    assert PREPARED == ["ran"]
+    assert [r.verdict for r in results] == [Verdict.PASS, Verdict.PASS], [r.message for r in results]
+
+
+def test_a_failing_prepare_step_is_the_tasks_environment_verdict(task):
+    broken = dataclasses.replace(task, prepare=f"{__name__}:failing_prepare")
+    (result,) = runner.grade([broken], runner.Options(timing="off", timeout=TIMEOUT), {broken.task_id: REFERENCE})
+    assert result.verdict == Verdict.ENVIRONMENT
+    assert "make train-lab3" in result.message and "FileNotFoundError" in result.message
