@@ -45,6 +45,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "pyyaml": ("yaml",),
     "cuda-bindings": ("cuda.bindings",),
     "cuda-core": ("cuda.core",),
+    "scikit-learn": ("sklearn",),
 }
 MODEL_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".model", ".json")
 
