@@ -19,7 +19,7 @@ export PYTEST_DISABLE_PLUGIN_AUTOLOAD := 1
 GRADE_OPTS := -q --no-header -p no:cacheprovider -rfEs $(if $(TASK),--task=$(TASK)) $(if $(SOLUTIONS),--solutions) $(ARGS)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup doctor check verify grade grade-submission gradebook grade-class bench-grader skeletons release lint clean
+.PHONY: help setup doctor train-lab3 check verify grade grade-submission gradebook grade-class bench-grader skeletons release lint clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_%-]+:.*## / {name = $$1; sub(/%/, "N", name); printf "  %-16s %s\n", name, $$2}' $(MAKEFILE_LIST)
@@ -55,6 +55,9 @@ profile-lab%: $(STAMP) ## Nsight Compute summary of one task: make profile-lab1 
 
 doctor: $(STAMP) ## what this machine has for the course: toolkit, GPU, packages, profilers, models
 	$(PY) -m grader doctor
+
+train-lab3: $(STAMP) ## train lab 3's MLP and CNN into lab3/models/ (MNIST when online, else scikit-learn's digits)
+	$(PY) -m lab3.train $(ARGS)
 
 check: $(STAMP) ## the course's own tests: pass on any machine, CPU-only included
 	$(PYTEST) grader/tests tests -q -p no:cacheprovider $(ARGS)

@@ -13,9 +13,11 @@ import pytest
 
 from grader import paths, toolchain
 from grader.build import nvcc as build
+from grader.build.nvcc import BuildUnit
 from grader.parent import runner, scoring
 from grader.records import TaskResult
 from grader.tasks import NotebookTask, Task, catalogue
+from grader.tasks.spec import CudaTask
 from grader.tests import variants
 
 
@@ -50,8 +52,15 @@ def test_every_variant_applies_and_compiles(lab: str) -> None:
         toolchain.find_nvcc()
     except toolchain.ToolchainError as e:
         pytest.skip(str(e))
-    made = [materialize(lab, n) for n in BROKEN[lab].VARIANTS]  # a notebook's edits apply too
-    results = build.build_all([p for p in made if p.suffix != ".ipynb"])  # notebooks are not built
+    units = []
+    for name in BROKEN[lab].VARIANTS:
+        made = materialize(lab, name)  # every variant's edits apply, a notebook's too
+        task = _task(lab, name)
+        if isinstance(task, CudaTask):  # built as its task builds it: flags, libraries, header wheels
+            files = {rel: paths.solution_source(task.lab_dir(), rel) for rel in task.sources}
+            files[BROKEN[lab].VARIANTS[name].solution] = made
+            units.append(BuildUnit.for_task(task, files, "variant"))
+    results = build.build_all(units)  # notebooks and torch extensions are built by their own kinds
     failed = {paths.rel(s): r.error for s, r in results.items() if not r.ok}
     assert not failed, failed
 
@@ -110,10 +119,16 @@ def one_per_task(names: list[str]) -> list[list[str]]:
     return batches
 
 
-def _grade_lab(lab: str) -> dict[str, TaskResult]:
-    """Every variant of `lab`, graded: its batches, the sanitized ones, the huge ones, the timed ones."""
+def _grade_lab(lab: str, gpu: bool) -> dict[str, TaskResult]:
+    """Every variant of `lab`, graded: its batches, the sanitized ones, the huge ones, the timed ones.
+    Without a GPU, only the variants of tasks that need none (their batches' other names wait)."""
     broken = BROKEN[lab]
     out: dict[str, TaskResult] = {}
+    if not gpu:
+        cpu = [n for batch in broken.BATCHES for n in batch if not _task(lab, n).gpu]
+        for batch in one_per_task(cpu):
+            out.update(_grade(lab, batch, sanitize=False))
+        return out
     for batch in broken.BATCHES:
         out.update(_grade(lab, batch, sanitize=False))
     if broken.SANITIZED:
@@ -128,21 +143,30 @@ def _grade_lab(lab: str) -> dict[str, TaskResult]:
 @pytest.fixture(scope="module")
 def results() -> Callable[[str], dict[str, TaskResult]]:
     """A lab's graded variants, by name: each lab is graded once, when its first variant is checked."""
-    if not toolchain.has_gpu():
-        pytest.skip("no NVIDIA GPU: the broken variants can only be run on one")
+    gpu = toolchain.has_gpu()
     graded: dict[str, dict[str, TaskResult]] = {}
 
     def of(lab: str) -> dict[str, TaskResult]:
         if lab not in graded:
-            graded[lab] = _grade_lab(lab)
+            graded[lab] = _grade_lab(lab, gpu)
         return graded[lab]
 
     return of
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize(("lab", "name"), _each(lambda broken: sorted(broken.VARIANTS)))
+def _every_variant() -> list[pytest.ParameterSet]:
+    """Every variant, marked `gpu` where its task needs one (a CPU task's variants run anywhere)."""
+    return [
+        pytest.param(lab, name, id=f"{lab}/{name}", marks=[pytest.mark.gpu] if _task(lab, name).gpu else [])
+        for lab in LABS
+        for name in sorted(BROKEN[lab].VARIANTS)
+    ]
+
+
+@pytest.mark.parametrize(("lab", "name"), _every_variant())
 def test_broken_variant_is_caught(lab: str, name: str, results: Callable[[str], dict[str, TaskResult]]) -> None:
+    if _task(lab, name).gpu and not toolchain.has_gpu():
+        pytest.skip("no NVIDIA GPU: this variant's task can only be graded on one")
     v = BROKEN[lab].VARIANTS[name]
     r = results(lab)[name]
     assert str(r.verdict) in v.verdicts, f"{lab}/{name}: {r.verdict}: {r.message}"

@@ -23,6 +23,10 @@ def _units() -> list[BuildUnit | Path]:
     covered: set[Path] = set()
     for task in catalogue.all_tasks():
         if not isinstance(task, CudaTask):
+            # a torch extension's sources are built by torch.utils.cpp_extension, against torch's
+            # headers, when the task is graded (grader/child/torch_ext.py): not nvcc files on their own
+            for where in (paths.student_source, paths.solution_source):
+                covered.update(where(task.lab_dir(), rel).resolve() for rel in task.sources)
             continue
         lab = task.lab_dir()
         for variant, where in (("student", paths.student_source), ("solution", paths.solution_source)):

@@ -100,11 +100,15 @@ def test_solution_fills_every_region(pair):
 def test_every_task_file_has_a_spec_and_back():
     for lab in paths.labs():
         tasks = catalogue.lab_tasks(lab)
-        claimed = {paths.student_source(lab, rel): t for t in tasks for rel in t.sources}
+        # a torch extension's course_sources (its binding) sit beside the student's files, owned by the spec
+        claimed = {
+            paths.student_source(lab, rel): t for t in tasks for rel in [*t.sources, *getattr(t, "course_sources", ())]
+        }
         missing = sorted(paths.rel(p) for p in claimed if not p.exists())
         assert not missing, f"{lab.name}: specs name files that do not exist: {missing}"
         files = {p for p in lab.iterdir() if p.is_file() and TASK_FILE.match(p.name)}
         orphans = sorted(p.name for p in files if p not in claimed)
         assert not orphans, f"{lab.name}: task files without a spec: {orphans}"
-        misnamed = sorted(p.name for p in files if Path(claimed[p].spec_file).name != f"test_{p.stem}.py")
+        students = {paths.student_source(lab, rel) for t in tasks for rel in t.sources}
+        misnamed = sorted(p.name for p in files & students if Path(claimed[p].spec_file).name != f"test_{p.stem}.py")
         assert not misnamed, f"{lab.name}: task files whose spec is not tests/test_<their name>.py: {misnamed}"

@@ -379,8 +379,9 @@ _ATTRS = {"sm_clock_khz": 13, "sms": 16, "mem_clock_khz": 36, "bus_bits": 37, "m
 def driver_attributes(ordinal: int = 0) -> dict[str, int] | None:
     """The attributes the limits need, straight from the driver (libcuda.so.1, present wherever
     a GPU is and already initialised by torch). torch's device properties lack the memory clock
-    and bus width, CUDA 13's cudaDeviceProp dropped the clocks, and cuda-python is not a course
-    requirement; the driver is the one source every machine with a GPU has. None where it fails."""
+    and bus width, CUDA 13's cudaDeviceProp dropped the clocks, and the grader's task process should
+    not depend on cuda-python being importable; the driver is the one source every machine with a GPU
+    has. None where it fails."""
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
     except OSError:

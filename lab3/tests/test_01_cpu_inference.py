@@ -1,0 +1,93 @@
+"""Checks for lab3/01_cpu_inference.cpp: the MLP's forward pass (784 -> 1000 -> ReLU -> 10) as plain
+C++ loops over torch.nn.Linear's (out, in) weights, built as a C++ extension and graded on the CPU
+(gpu=False: graded on a machine without a GPU too, never skipped).
+
+Inputs: x standard normal (MNIST's normalized pixels span about -0.4 to 2.8), weights standard
+normal scaled by 1/sqrt(in) as a trained or freshly initialized layer is (so every hidden value
+and logit is of order 1, and about half the hidden values are negative: a missing ReLU shows),
+biases standard normal times 0.1 (a missing bias moves a logit by about 0.1). Batches 1, 3, 64 and
+257 (not a multiple of any blocking a student may try); the last case runs the trained network on
+the first 256 test images, once lab3/network.py provides it.
+
+Tolerance (atol 1e-4, rtol 1e-4, over a float64 reference cast to float32): each output is a
+float32 sum of 784 (then 1000) products in an order other than the reference's. Rounding adds
+about u·sqrt(n)·sum|x_k w_k| (u = 6e-8): measured, a one-accumulator loop is within 2e-6 of the
+float64 result on these inputs and torch's own float32 matmul within 1e-6, so 1e-4 leaves 50x room
+(the trained network's larger sums and logits of order 10 get rtol's 1e-3 on top). Zeros, a
+missing bias (0.1), a missing ReLU or weights read as (in, out) are all off by 1e-1 or more.
+
+No timing: the kind times only on the GPU. Images per second on the CPU, for each loop order and
+for torch, are measured and discussed in the chapter's section on task 01. The op is not run
+through opcheck or torch.compile: it has no fake (meta) implementation, and the lesson here is the
+loops; lab 3 task 06 is the one about torch.library.
+"""
+
+from pathlib import Path
+
+from grader.tasks import Case, Rule, TorchExtensionTask, TorchOp
+
+IN, HIDDEN, OUT = 784, 1000, 10
+BATCHES = [1, 3, 64, 257]
+TRAINED_BATCH = 256
+# the trained network comes from lab3/network.py (load_mlp, load_testset, ensure_trained)
+TRAINED = (Path(__file__).resolve().parents[1] / "network.py").is_file()
+
+
+def make_inputs(p, rng):
+    if p.get("trained"):
+        from lab3.network import load_mlp, load_testset
+
+        net, test = load_mlp(), load_testset()
+        x = test["x"][: p["batch"]].reshape(-1, IN).float().contiguous()
+        return {
+            "x": x,
+            "w1": net["fc1.weight"].contiguous(),
+            "b1": net["fc1.bias"].contiguous(),
+            "w2": net["fc2.weight"].contiguous(),
+            "b2": net["fc2.bias"].contiguous(),
+        }
+    return {
+        "x": rng.randn(p["batch"], IN),
+        "w1": rng.randn(HIDDEN, IN) / IN**0.5,
+        "b1": rng.randn(HIDDEN) * 0.1,
+        "w2": rng.randn(OUT, HIDDEN) / HIDDEN**0.5,
+        "b2": rng.randn(OUT) * 0.1,
+    }
+
+
+def reference(x, w1, b1, w2, b2):
+    import torch
+
+    h = torch.relu(x.double() @ w1.double().T + b1.double())
+    return (h @ w2.double().T + b2.double()).to(x.dtype)
+
+
+CASES = [Case(f"batch={b}", batch=b) for b in BATCHES]
+if TRAINED:
+    CASES.append(Case(f"trained, {TRAINED_BATCH} test images", batch=TRAINED_BATCH, trained=True))
+
+TASK = TorchExtensionTask(
+    lab="lab3",
+    number="01",
+    title="CPU inference (the MLP as C++ loops)",
+    sources=["01_cpu_inference.cpp"],
+    course_sources=["01_cpu_inference_binding.cpp"],
+    extension="lab3_cpu_inference",
+    ops=[TorchOp("lab3::mlp_forward_cpu", ["x", "w1", "b1", "w2", "b2"], reference, opcheck=False, compile=False)],
+    cases=CASES,
+    make_inputs=make_inputs,
+    tolerance={"f32": (1e-4, 1e-4)},
+    rules=[
+        Rule(
+            "forbid",
+            r"#\s*include\s*[<\"](torch|ATen|c10|cblas|mkl|Eigen|dnnl|oneapi)|\b(at|torch|c10|Eigen)::|\bcblas_",
+            "the lesson is the loops: write them in plain C++, without torch, ATen or a BLAS doing the math",
+        )
+    ],
+    prepare="lab3.network:ensure_trained" if TRAINED else None,
+    gpu=False,
+)
+
+
+def test_cpu_inference(grade):
+    grade(TASK)
