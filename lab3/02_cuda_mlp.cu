@@ -33,32 +33,32 @@ constexpr int CLASSES = 10;     // fc2's outputs
 
 // ---- linear: y = x·wᵀ + b ------------------------------------------------------------------------
 
-// TODO(lab3/02) begin: a tiled kernel for y (B, out) = x (B, in) · wᵀ + b with w in (out, in) layout: each block stages a TILE x TILE tile of x and one of w in shared memory per step along k, every load and store guarded for B, in, out that are not multiples of TILE; see the chapter's section "Task 02: the forward pass as kernels"; about 30 lines; try 1x33->17 and 7x1000->10.
+// TODO(lab3/02) begin: a tiled kernel for y (B, out) = x (B, in) · wᵀ + b with w in (out, in) layout: each block stages a TILE x TILE tile of x and one of w in shared memory per step along k, every load and store guarded for B, in, out that are not multiples of TILE; see the chapter's section "The forward pass as kernels"; about 30 lines; try 1x33->17 and 7x1000->10.
 // TODO(lab3/02) end
 
 COURSE_API cudaError_t linear(const float* x, const float* w, const float* b, float* y, int B, int in,
                               int out) {
-    // TODO(lab3/02) begin: launch your kernel with one TILE x TILE block per tile of y, enough to cover B rows and out columns; see the chapter's section "Task 02: the forward pass as kernels"; about 4 lines; work out the grid for 1x784->1000 and 1000x1000->10.
+    // TODO(lab3/02) begin: launch your kernel with one TILE x TILE block per tile of y, enough to cover B rows and out columns; see the chapter's section "The forward pass as kernels"; about 4 lines; work out the grid for 1x784->1000 and 1000x1000->10.
     return cudaErrorNotYetImplemented;  //~
     // TODO(lab3/02) end
 }
 
 // ---- ReLU and argmax ---------------------------------------------------------------------------------
 
-// TODO(lab3/02) begin: a kernel that replaces every y[i] by max(y[i], 0), for any n; see the chapter's section "Task 02: the forward pass as kernels"; about 6 lines; try n = 1 and n = 1000003.
+// TODO(lab3/02) begin: a kernel that replaces every y[i] by max(y[i], 0), for any n; see the chapter's section "The forward pass as kernels"; about 6 lines; try n = 1 and n = 1000003.
 // TODO(lab3/02) end
 
 COURSE_API cudaError_t relu_inplace(float* y, int n) {
-    // TODO(lab3/02) begin: launch your ReLU kernel over all n elements; see the chapter's section "Task 02: the forward pass as kernels"; about 3 lines.
+    // TODO(lab3/02) begin: launch your ReLU kernel over all n elements; see the chapter's section "The forward pass as kernels"; about 3 lines.
     return cudaErrorNotYetImplemented;  //~
     // TODO(lab3/02) end
 }
 
-// TODO(lab3/02) begin: a kernel that writes, for each row of logits, the index of its largest value, the lowest index among equal values (as torch.argmax does); see the chapter's section "Task 02: the forward pass as kernels"; about 20 lines; try rows with ties, classes = 1 and classes = 1000.
+// TODO(lab3/02) begin: a kernel that writes, for each row of logits, the index of its largest value, the lowest index among equal values (as torch.argmax does); see the chapter's section "The forward pass as kernels"; about 20 lines; try rows with ties, classes = 1 and classes = 1000.
 // TODO(lab3/02) end
 
 COURSE_API cudaError_t argmax_rows(const float* logits, int64_t* labels, int B, int classes) {
-    // TODO(lab3/02) begin: launch your argmax kernel with enough threads for every row; see the chapter's section "Task 02: the forward pass as kernels"; about 3 lines.
+    // TODO(lab3/02) begin: launch your argmax kernel with enough threads for every row; see the chapter's section "The forward pass as kernels"; about 3 lines.
     return cudaErrorNotYetImplemented;  //~
     // TODO(lab3/02) end
 }
@@ -79,7 +79,7 @@ COURSE_API cudaError_t argmax_rows(const float* logits, int64_t* labels, int B, 
 // concurrently from several host threads.
 COURSE_API cudaError_t mlp_predict(const float* x, int n, int batch, const float* w1, const float* b1,
                                    const float* w2, const float* b2, int64_t* labels) {
-    // TODO(lab3/02) begin: run the network over n images, batch at a time, through your three entry points and a scratch buffer for h and the logits; the last batch has only n - k·batch images: read nothing past x and write nothing past labels; see the chapter's section "Task 02: the forward pass as kernels"; about 20 lines; try n = 1 with batch 64, and n = 1000 with batch 256.
+    // TODO(lab3/02) begin: run the network over n images, batch at a time, through your three entry points and a scratch buffer for h and the logits; the last batch has only n - k·batch images: read nothing past x and write nothing past labels; see the chapter's section "The forward pass as kernels"; about 20 lines; try n = 1 with batch 64, and n = 1000 with batch 256.
     return cudaErrorNotYetImplemented;  //~
     // TODO(lab3/02) end
 }

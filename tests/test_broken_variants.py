@@ -80,12 +80,19 @@ def _task(lab: str, name: str) -> Task:
     return tasks[name.split(".")[0]]
 
 
+def _sources(lab: str, task: Task, name: str) -> dict[str, Path]:
+    """The files a variant is graded with: its broken one, and the task's other files as solved."""
+    files = {rel: paths.solution_source(task.lab_dir(), rel) for rel in task.sources}
+    files[BROKEN[lab].VARIANTS[name].solution] = materialize(lab, name)
+    return files
+
+
 def _grade(
     lab: str, names: list[str], sanitize: bool, huge: bool = False, timing: str = "off"
 ) -> dict[str, TaskResult]:
     chosen = [_task(lab, n) for n in names]
     assert len({t.task_id for t in chosen}) == len(chosen), f"one variant per task in a grading run: {names}"
-    sources = {t.task_id: materialize(lab, n) for t, n in zip(chosen, names, strict=True)}
+    sources = {t.task_id: _sources(lab, t, n) for t, n in zip(chosen, names, strict=True)}
     timeout = 120 if huge else (60 if timing != "off" else 20)
     # a notebook runs all its cells before its checks: its own limit, not a kernel's
     timeout = max([timeout] + [t.timeout or 0 for t in chosen if isinstance(t, NotebookTask)])

@@ -112,3 +112,28 @@ def test_every_task_file_has_a_spec_and_back():
         students = {paths.student_source(lab, rel) for t in tasks for rel in t.sources}
         misnamed = sorted(p.name for p in files & students if Path(claimed[p].spec_file).name != f"test_{p.stem}.py")
         assert not misnamed, f"{lab.name}: task files whose spec is not tests/test_<their name>.py: {misnamed}"
+
+
+SECTION_HINT = re.compile(r"""the chapter's section ["“]([^"”]+)["”]""")
+
+
+def test_every_section_a_todo_names_is_in_its_chapter():
+    """A TODO's hint `see the chapter's section "X"` names a heading of its lab's README."""
+    for lab in paths.labs():
+        readme = lab / "README.md"
+        headings = (
+            {line.lstrip("#").strip() for line in readme.read_text().splitlines() if line.startswith("#")}
+            if readme.exists()
+            else set()
+        )
+        missing = []
+        for task in catalogue.lab_tasks(lab):
+            for rel in task.sources:
+                sol = paths.solution_source(lab, rel)
+                if not sol.exists():
+                    continue
+                for name in SECTION_HINT.findall(sol.read_text()):
+                    # a heading may number itself or name its task: "7. Pinned memory ... (task 06)"
+                    if not any(name == h or name in h for h in headings):
+                        missing.append(f"{paths.rel(sol)}: {name!r}")
+        assert not missing, f"{lab.name}: TODO hints name sections the chapter does not have: {sorted(set(missing))}"

@@ -82,6 +82,8 @@ LINK_LIBRARIES: dict[str, LinkLibrary] = {
         LinkLibrary("cudnn", "cudnn.h", ("nvidia-cudnn-cu13", "nvidia-cudnn-cu12"), "cuDNN"),
         LinkLibrary("curand", "curand.h", ("nvidia-curand", "nvidia-curand-cu12"), "cuRAND"),
         LinkLibrary("cufft", "cufft.h", ("nvidia-cufft", "nvidia-cufft-cu12"), "cuFFT"),
+        # the cuDNN frontend's headers include nvrtc.h and call NVRTC (its runtime-compiled engines)
+        LinkLibrary("nvrtc", "nvrtc.h", ("nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu12"), "NVRTC"),
     )
 }
 

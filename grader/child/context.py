@@ -54,6 +54,27 @@ class RunContext:
             raise CheckFailure(Verdict.CRASH, returned_error(self.lib, symbol, rc, case))
 
 
+@dataclass
+class TorchRunContext:
+    """What a torch extension task's custom checks get: the task, the device its ops run on
+    ("cuda", or "cpu" for gpu=False), notes for the report, and failing with a verdict. The ops
+    themselves are torch.ops.<namespace>.<name>, registered by then."""
+
+    task: Task
+    device: str
+    notes: list[str] = field(default_factory=list)
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+    def fail(self, message: str, verdict: Verdict = Verdict.WRONG) -> None:
+        raise CheckFailure(verdict, message)
+
+    def seed(self, label: str) -> int:
+        """A seed for the check's random draws, moved by GRADER_SEED like the cases' inputs."""
+        return seed_for(self.task, label) % 2**31
+
+
 _HINTS = {
     "cudaErrorNotYetImplemented": "the skeleton's stub `return` is still in place",
     "cudaErrorInvalidConfiguration": "a block holds at most 1024 threads and a grid needs at least one block",

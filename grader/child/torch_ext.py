@@ -37,7 +37,7 @@ from grader import paths, toolchain
 from grader.build.nvcc import environment_problem, first_error
 from grader.child import timing
 from grader.child.compare import judge
-from grader.child.context import chosen_cases, seed_for
+from grader.child.context import TorchRunContext, chosen_cases, seed_for
 from grader.records import CaseRecord, CheckFailure, ChildJob, Timing, Verdict
 from grader.tasks.spec import Case, Rng
 from grader.tasks.torch_ext import TorchExtensionTask, TorchOp
@@ -721,6 +721,17 @@ def run(task: TorchExtensionTask, job: ChildJob, rec: Recorder) -> None:
                 if op.compile and not job.sanitize:
                     rec.set(phase=f"torch.compile {where}")
                     check_compile(task, op, fns[op.name], inputs, where, cuda)
+        # the custom checks, once the ops pass their own (not under the sanitizer: a check may train a
+        # network): a CUDA error out of one is the student's crash (below), any other exception not
+        # a CheckFailure is a bug in the spec
+        ctx = TorchRunContext(task, device)
+        for check in () if job.sanitize else task.checks:
+            rec.set(phase=f"check {check.__name__}")
+            try:
+                check(ctx)
+            finally:
+                notes += ctx.notes
+                ctx.notes.clear()
         if cuda and job.timing != "off" and not job.sanitize and task.timing_case:
             case = task.case(task.timing_case)
             budget = timing.QUICK if job.timing == "quick" else timing.BENCH

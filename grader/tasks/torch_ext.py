@@ -17,9 +17,12 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from grader.tasks.spec import DEFAULT_TOLERANCE, Case, Rng, Task, Values
+
+if TYPE_CHECKING:
+    from grader.child.context import TorchRunContext
 
 # what cpp_extension compiles (by suffix); any other source, e.g. the Python registration file, is not built
 NATIVE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
@@ -104,6 +107,8 @@ class TorchExtensionTask(Task):
     cflags: Sequence[str] = ()  # added to -O3 for C++ sources
     cuda_cflags: Sequence[str] = ()  # added to -O3 -lineinfo and the GPU's -gencode for .cu sources
     timeout: float | None = 120.0
+    # custom checks, run after every op passed its own (values, opcheck, gradcheck, compile), before timing
+    checks: Sequence[Callable[[TorchRunContext], None]] = ()
 
     def __post_init__(self) -> None:
         def fail(why: str) -> None:

@@ -23,7 +23,7 @@
 // middle one: a row of w (3 KB for fc1) is read once and reused from L1 for every image, instead of
 // all of w (3 MB) being read again per image; the chapter measures what that buys on a CPU.
 void linear_cpu(const float* x, const float* w, const float* b, float* y, int64_t batch, int64_t in, int64_t out) {
-    // TODO(lab3/01) begin: y[i][j] = b[j] + the dot product of row i of x with row j of w, for every image i and output j; see the chapter's section "Task 01: the forward pass as loops"; about 10 lines; keep the index you sum over innermost, and try batch 1 and 3.
+    // TODO(lab3/01) begin: y[i][j] = b[j] + the dot product of row i of x with row j of w, for every image i and output j; see the chapter's section "The forward pass as loops"; about 10 lines; keep the index you sum over innermost, and try batch 1 and 3.
     for (int64_t j = 0; j < out; ++j) {
         const float* wj = w + j * in;  // row j of w: the weights of output j, contiguous
         for (int64_t i = 0; i < batch; ++i) {
@@ -40,7 +40,7 @@ void linear_cpu(const float* x, const float* w, const float* b, float* y, int64_
 
 // h (n,) -> max(h, 0) in place
 void relu_cpu(float* h, int64_t n) {
-    // TODO(lab3/01) begin: every negative element of h becomes 0, the others stay as they are; see the chapter's section "Task 01: the forward pass as loops"; about 3 lines.
+    // TODO(lab3/01) begin: every negative element of h becomes 0, the others stay as they are; see the chapter's section "The forward pass as loops"; about 3 lines.
     for (int64_t i = 0; i < n; ++i) {
         h[i] = h[i] > 0.0f ? h[i] : 0.0f;
     }

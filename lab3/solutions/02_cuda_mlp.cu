@@ -33,7 +33,7 @@ constexpr int CLASSES = 10;     // fc2's outputs
 
 // ---- linear: y = x·wᵀ + b ------------------------------------------------------------------------
 
-// TODO(lab3/02) begin: a tiled kernel for y (B, out) = x (B, in) · wᵀ + b with w in (out, in) layout: each block stages a TILE x TILE tile of x and one of w in shared memory per step along k, every load and store guarded for B, in, out that are not multiples of TILE; see the chapter's section "Task 02: the forward pass as kernels"; about 30 lines; try 1x33->17 and 7x1000->10.
+// TODO(lab3/02) begin: a tiled kernel for y (B, out) = x (B, in) · wᵀ + b with w in (out, in) layout: each block stages a TILE x TILE tile of x and one of w in shared memory per step along k, every load and store guarded for B, in, out that are not multiples of TILE; see the chapter's section "The forward pass as kernels"; about 30 lines; try 1x33->17 and 7x1000->10.
 // x (B, in) @ wᵀ (in, out) + b (out,) -> y (B, out)
 //
 // y[i][j] is the dot product of row i of x with row j of w: both operands are read along their
@@ -65,7 +65,7 @@ __global__ void linear_kernel(const float* __restrict__ x, const float* __restri
 
 COURSE_API cudaError_t linear(const float* x, const float* w, const float* b, float* y, int B, int in,
                               int out) {
-    // TODO(lab3/02) begin: launch your kernel with one TILE x TILE block per tile of y, enough to cover B rows and out columns; see the chapter's section "Task 02: the forward pass as kernels"; about 4 lines; work out the grid for 1x784->1000 and 1000x1000->10.
+    // TODO(lab3/02) begin: launch your kernel with one TILE x TILE block per tile of y, enough to cover B rows and out columns; see the chapter's section "The forward pass as kernels"; about 4 lines; work out the grid for 1x784->1000 and 1000x1000->10.
     const dim3 block(TILE, TILE);
     const dim3 grid((out + TILE - 1) / TILE, (B + TILE - 1) / TILE);
     linear_kernel<<<grid, block>>>(x, w, b, y, B, in, out);
@@ -76,7 +76,7 @@ COURSE_API cudaError_t linear(const float* x, const float* w, const float* b, fl
 
 // ---- ReLU and argmax ---------------------------------------------------------------------------------
 
-// TODO(lab3/02) begin: a kernel that replaces every y[i] by max(y[i], 0), for any n; see the chapter's section "Task 02: the forward pass as kernels"; about 6 lines; try n = 1 and n = 1000003.
+// TODO(lab3/02) begin: a kernel that replaces every y[i] by max(y[i], 0), for any n; see the chapter's section "The forward pass as kernels"; about 6 lines; try n = 1 and n = 1000003.
 // y (n,) -> y (n,) in place, grid-stride so that any n fits a bounded grid
 __global__ void relu_kernel(float* __restrict__ y, size_t n) {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -86,7 +86,7 @@ __global__ void relu_kernel(float* __restrict__ y, size_t n) {
 // TODO(lab3/02) end
 
 COURSE_API cudaError_t relu_inplace(float* y, int n) {
-    // TODO(lab3/02) begin: launch your ReLU kernel over all n elements; see the chapter's section "Task 02: the forward pass as kernels"; about 3 lines.
+    // TODO(lab3/02) begin: launch your ReLU kernel over all n elements; see the chapter's section "The forward pass as kernels"; about 3 lines.
     const int blocks = (n + THREADS - 1) / THREADS;
     relu_kernel<<<blocks < 4096 ? blocks : 4096, THREADS>>>(y, (size_t)n);
     return cudaGetLastError();
@@ -94,7 +94,7 @@ COURSE_API cudaError_t relu_inplace(float* y, int n) {
     // TODO(lab3/02) end
 }
 
-// TODO(lab3/02) begin: a kernel that writes, for each row of logits, the index of its largest value, the lowest index among equal values (as torch.argmax does); see the chapter's section "Task 02: the forward pass as kernels"; about 20 lines; try rows with ties, classes = 1 and classes = 1000.
+// TODO(lab3/02) begin: a kernel that writes, for each row of logits, the index of its largest value, the lowest index among equal values (as torch.argmax does); see the chapter's section "The forward pass as kernels"; about 20 lines; try rows with ties, classes = 1 and classes = 1000.
 // logits (B, classes) -> labels (B,). One warp per row: each lane keeps the best of the classes
 // it strides over, then the warp halves its candidates five times. A candidate wins with a larger
 // value, or an equal value at a lower index, so a tie goes to the lowest index whatever the order
@@ -119,7 +119,7 @@ __global__ void argmax_kernel(const float* __restrict__ logits, int64_t* __restr
 // TODO(lab3/02) end
 
 COURSE_API cudaError_t argmax_rows(const float* logits, int64_t* labels, int B, int classes) {
-    // TODO(lab3/02) begin: launch your argmax kernel with enough threads for every row; see the chapter's section "Task 02: the forward pass as kernels"; about 3 lines.
+    // TODO(lab3/02) begin: launch your argmax kernel with enough threads for every row; see the chapter's section "The forward pass as kernels"; about 3 lines.
     argmax_kernel<<<(B + WARPS - 1) / WARPS, WARPS * 32>>>(logits, labels, B, classes);
     return cudaGetLastError();
     //~ return cudaErrorNotYetImplemented;
@@ -142,7 +142,7 @@ COURSE_API cudaError_t argmax_rows(const float* logits, int64_t* labels, int B, 
 // concurrently from several host threads.
 COURSE_API cudaError_t mlp_predict(const float* x, int n, int batch, const float* w1, const float* b1,
                                    const float* w2, const float* b2, int64_t* labels) {
-    // TODO(lab3/02) begin: run the network over n images, batch at a time, through your three entry points and a scratch buffer for h and the logits; the last batch has only n - k·batch images: read nothing past x and write nothing past labels; see the chapter's section "Task 02: the forward pass as kernels"; about 20 lines; try n = 1 with batch 64, and n = 1000 with batch 256.
+    // TODO(lab3/02) begin: run the network over n images, batch at a time, through your three entry points and a scratch buffer for h and the logits; the last batch has only n - k·batch images: read nothing past x and write nothing past labels; see the chapter's section "The forward pass as kernels"; about 20 lines; try n = 1 with batch 64, and n = 1000 with batch 256.
     static float* scratch = nullptr;
     static int scratch_rows = 0;  // the batch the buffer holds
     if (batch > scratch_rows) {

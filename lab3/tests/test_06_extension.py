@@ -1,0 +1,195 @@
+"""Checks for lab3/06_extension.cu and lab3/06_extension.py: the student's tiled linear kernel as
+the torch operator lab3ext::linear(x, w, b) = x·wᵀ + b (torch.nn.Linear's layout), built with
+torch.utils.cpp_extension (ninja), with a fake for torch.compile and a backward registered from
+Python through torch.library.
+
+What is checked, through torch as a user meets the op:
+- values, float32, on B in {1, 7, 64} and (in, out) in {(784, 1000), (1000, 10), (33, 17)}: fc1's
+  and fc2's shapes and one whose edges are no multiple of any tile; two random draws each;
+- torch.autograd.gradcheck in float64 (the kernel is templated; finite differences need float64)
+  on B = 7, 33 -> 17: 809 perturbed inputs, each two forward calls, so it stays under a second;
+- torch.library.opcheck on the same case (schema, fake against the real op, the autograd
+  registration, and tracing with symbolic sizes, without and with inputs requiring grad);
+- torch.compile(backend="aot_eager", fullgraph=True) against eager, outputs and gradients;
+- `training_matches_torch` (custom): the MLP of lab3/train.py with both layers calling
+  torch.ops.lab3ext.linear, trained as lab3/train.py trains it (same seed, init, Adam, lr, batch and
+  batch order, on the data the lab's networks were trained on: MNIST when cached, else the offline
+  digits), must give the same per-step losses as the same MLP made of nn.Linear.
+
+Inputs: x ~ N(0, 1), w ~ N(0, 1/in), b ~ N(0, 1), as in task 02 (every output of order 1, a
+missing bias off by |b|).
+
+Tolerances.
+- Values (float32, atol 2e-3, rtol 0): task 02's bound. A float32 dot product of K terms plus the
+  bias, in any order, is off by at most gamma_(K+1)·(sum|x_k·w_k| + |b|), gamma_m = m·u/(1 - m·u),
+  u = 2^-24; at K = 1000 that is 1.7e-3 on these inputs, so 2e-3 passes any correct summation
+  order while zeros, a transposed weight (off by about 1), a missing bias (off by |b|, over 2e-3
+  for 99.8% of the outputs) or a skipped k tail (about 0.1) fail. rtol 0: the bound does not scale
+  with |y|.
+- gradcheck: its defaults (atol 1e-5, rtol 1e-3) in float64, where the kernel's rounding (1e-16
+  relative) is far below finite differences' own error (eps = 1e-6: about 1e-10); a gradient that
+  is missing, scaled or summed over the wrong axis is off by order 1. (A gradient of the wrong
+  shape, say grad_w as xᵀ·grad_y, is refused by autograd itself, in opcheck's second sample.)
+- compile vs eager: the float32 tolerance above (both run the same kernel; aot_eager reorders
+  nothing inside it).
+- Training: |loss_ext - loss_torch| <= TRAIN_ATOL + TRAIN_RTOL·loss_torch at every step, float32,
+  TF32 off for torch's side. Measured on the CPU with a pure-torch stand-in for the op that sums
+  each dot product in 16-wide float32 chunks one after another (a tiled kernel's order), against
+  nn.Linear (MKL's order), over the 100 steps on the offline digits: at most 2.4e-7
+  (at step 2; 1.2e-7 for a stand-in that rounds a float64 product once), with the loss going from
+  2.33 to 0.03. The tolerance, 2e-5 + 1e-5·loss (4.3e-5 at the first steps), leaves about 100x
+  room for the GPU's orders (cuBLAS against the tiled kernel), which are not measured here. With
+  the same stand-in, broken backwards that gradcheck also catches fail here within a few steps:
+  grad_b left out (zeros) at step 2, grad_w halved at step 4 (off by 1.7e-4 by step 10), and a
+  forward rounded to bfloat16 at step 1; a grad_w of the wrong shape stops backward() itself.
+
+No performance target: the timing case (B = 64, 784 -> 1000) reports the op against
+torch.nn.functional.linear (cuBLAS, through the same dispatcher), which a 16 x 16 tiled kernel does
+not beat; the lesson is the registration, not the speed (task 07 is about speed).
+"""
+
+from grader.tasks import Case, Rule, TorchExtensionTask, TorchOp
+
+BATCHES = [1, 7, 64]
+LAYERS = [(784, 1000), (1000, 10), (33, 17)]
+LINEAR_ATOL = 2e-3
+TRAIN_STEPS = 100  # about 4.5 epochs of the offline digits, a tenth of one of MNIST; seconds on a GPU
+TRAIN_ATOL, TRAIN_RTOL = 2e-5, 1e-5
+
+
+def label(batch: int, n_in: int, n_out: int) -> str:
+    return f"B={batch}, {n_in}->{n_out}"
+
+
+def make_inputs(p, rng):
+    return {
+        "x": rng.randn(p["B"], p["in"]),
+        "w": rng.randn(p["out"], p["in"]) / p["in"] ** 0.5,
+        "b": rng.randn(p["out"]),
+    }
+
+
+def reference(x, w, b):
+    return (x.double() @ w.double().T + b.double()).to(x.dtype)
+
+
+def baseline(x, w, b):
+    import torch
+
+    return torch.nn.functional.linear(x, w, b)
+
+
+# --- the training check ------------------------------------------------------------------------------
+
+
+def train_losses(linear, data, device: str, seed: int, steps: int) -> list[float]:
+    """Per-step training losses of lab3/train.py's MLP whose two layers are `linear(x, w, b)`, from
+    the seeded nn.Linear init, with train.py's Adam, learning rate, batch size and batch order."""
+    import torch
+
+    from lab3 import train
+
+    torch.manual_seed(seed)
+    init = train.MLP()  # nn.Linear's own init, from the seed
+    params = [p.detach().to(device).clone().requires_grad_(True) for p in init.parameters()]
+    w1, b1, w2, b2 = params  # fc1.weight (1000, 784), fc1.bias, fc2.weight (10, 1000), fc2.bias
+    optimizer = torch.optim.Adam(params, lr=train.LR)
+    x = torch.from_numpy(data.train_x).reshape(-1, 784).to(device)
+    y = torch.from_numpy(data.train_y).to(device)
+    order = torch.Generator().manual_seed(seed)
+    losses: list[float] = []
+    while len(losses) < steps:
+        for idx in torch.randperm(len(y), generator=order).split(train.BATCH):
+            xb, yb = x[idx.to(device)], y[idx.to(device)]
+            # x (B, 784) @ w1ᵀ (784, 1000) -> relu -> @ w2ᵀ (1000, 10) -> logits (B, 10)
+            logits = linear(torch.relu(linear(xb, w1, b1)), w2, b2)
+            loss = torch.nn.functional.cross_entropy(logits, yb)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+            if len(losses) == steps:
+                break
+    return losses
+
+
+def compare_losses(ours: list[float], theirs: list[float]) -> str:
+    """'' when every step agrees within the tolerance, else what differs first."""
+    for step, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+        if not abs(a - b) <= TRAIN_ATOL + TRAIN_RTOL * abs(b):  # `not <=` also catches a NaN
+            return (
+                f"step {step + 1}: loss {a:.6f} with torch.ops.lab3ext.linear, {b:.6f} with nn.Linear "
+                f"(tolerance {TRAIN_ATOL:g} + {TRAIN_RTOL:g}·loss)"
+                + ("; the steps before agree: look at the backward" if step else ": the forward itself differs")
+            )
+    return ""
+
+
+def training_matches_torch(ctx) -> None:
+    """Training the MLP with the op gives nn.Linear's per-step losses (see the module docstring)."""
+    import torch
+
+    from grader.child.context import seed_for
+    from grader.records import Verdict
+    from lab3 import mnist, network
+
+    data = mnist.load(network.metadata("mlp").get("data", "auto"))  # what the lab's networks were trained on
+    seed = seed_for(ctx.task, "training") % 2**31
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False  # torch's float32 in float32, as the kernel computes
+    try:
+        theirs = train_losses(torch.nn.functional.linear, data, ctx.device, seed, TRAIN_STEPS)
+        try:
+            ours = train_losses(torch.ops.lab3ext.linear, data, ctx.device, seed, TRAIN_STEPS)
+        except Exception as e:
+            ctx.fail(f"training with torch.ops.lab3ext.linear raised {type(e).__name__}: {e}", Verdict.CRASH)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    where = f"training lab3/train.py's MLP for {TRAIN_STEPS} steps on {data.name}"
+    wrong = compare_losses(ours, theirs)
+    if wrong:
+        ctx.fail(f"{where}: {wrong}")
+    worst = max(abs(a - b) for a, b in zip(ours, theirs, strict=True))
+    ctx.note(f"{where}: losses {theirs[0]:.4f} -> {theirs[-1]:.4f}, at most {worst:.1e} from nn.Linear's")
+
+
+CASES = [Case(label(b, i, o), B=b, **{"in": i, "out": o}) for b in BATCHES for i, o in LAYERS]
+
+TASK = TorchExtensionTask(
+    lab="lab3",
+    number="06",
+    title="your linear kernel as a PyTorch operator (torch.library)",
+    sources=["06_extension.cu", "06_extension.py"],
+    register="06_extension.py",
+    extension="lab3_extension",
+    ops=[
+        TorchOp(
+            "lab3ext::linear",
+            ["x", "w", "b"],
+            reference,
+            grad=["x", "w", "b"],
+            baseline=baseline,
+            flops=lambda v: 2 * v["x"].shape[0] * v["x"].shape[1] * v["w"].shape[0],
+        )
+    ],
+    cases=CASES,
+    make_inputs=make_inputs,
+    tolerance={"f32": (LINEAR_ATOL, 0.0)},
+    check_cases=[label(7, 33, 17)],
+    timing_case=label(64, 784, 1000),
+    rules=[
+        Rule(
+            "forbid",
+            r"\b(at|torch)(::|\.)(matmul|mm|addmm|bmm|einsum|linear|tensordot)\b|\bF\.linear\b"
+            r"|\bfunctional\.linear\b|\bcublas|\s@\s|\.(mm|matmul|addmm)\(",
+            "the products are yours: the forward is your kernel, and the backward calls torch.ops.lab3ext.linear",
+        )
+    ],
+    prepare="lab3.network:ensure_trained",
+    timeout=240,
+    checks=[training_matches_torch],
+)
+
+
+def test_extension(grade):
+    grade(TASK)
