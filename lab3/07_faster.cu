@@ -20,6 +20,7 @@
 // Test:      make test-lab3 TASK=07
 
 #include "course.h"
+#include "course_cublas.h"
 #include "course_host_copy.h"
 
 #include <cublasLt.h>
@@ -34,18 +35,6 @@
 #include <map>
 #include <tuple>
 #include <utility>
-
-// The CUDA_CHECK of cuBLAS: names the failing call and returns cudaErrorUnknown from the enclosing
-// function (cuBLAS statuses are not CUDA errors); the status name goes to stderr.
-#define CUBLAS_CHECK(call)                                                                        \
-    do {                                                                                          \
-        cublasStatus_t course_status_ = (call);                                                   \
-        if (course_status_ != CUBLAS_STATUS_SUCCESS) {                                            \
-            fprintf(stderr, "%s:%d: cuBLAS error %s in `%s`\n", __FILE__, __LINE__,                \
-                    cublasGetStatusName(course_status_), #call);                                  \
-            return cudaErrorUnknown;                                                              \
-        }                                                                                         \
-    } while (0)
 
 constexpr int SIDE = 28, PIXELS = SIDE * SIDE;   // one image
 constexpr int HIDDEN = 1000, CLASSES = 10;       // the head: fc1's and fc2's outputs

@@ -276,7 +276,7 @@ def copy_bandwidth_gbps(nbytes: int = 1 << 28) -> float:
 
     src = torch.empty(max(nbytes // 4, 1), dtype=torch.float32, device="cuda").fill_(1.0)
     dst = torch.empty_like(src)
-    ms = _median_ms(lambda: dst.copy_(src))
+    ms = median_ms(lambda: dst.copy_(src))
     return 2 * src.numel() * 4 / (ms * 1e-3) / 1e9
 
 
@@ -304,11 +304,11 @@ def read_bandwidth_gbps(nbytes: int = 1 << 28) -> float:
 
     src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").fill_(1.0)
     out = torch.empty((), dtype=torch.float32, device="cuda")
-    ms = _median_ms(lambda: torch.sum(src, dim=0, out=out))
+    ms = median_ms(lambda: torch.sum(src, dim=0, out=out))
     return nbytes / (ms * 1e-3) / 1e9
 
 
-def _median_ms(fn: Callable[[], object], warm: int = 3, reps: int = 15) -> float:
+def median_ms(fn: Callable[[], object], warm: int = 3, reps: int = 15) -> float:
     """`fn` timed as the Timer times a task's call (flushed L2, held stream), so that shares of
     these bandwidths compare like with like."""
     import torch

@@ -18,6 +18,7 @@
 // Test:      make test-lab3 TASK=03
 
 #include "course.h"
+#include "course_cublas.h"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -25,19 +26,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-
-// The CUDA_CHECK of cuBLAS: names the failing call and returns from the enclosing function, which
-// returns cudaError_t (cuBLAS statuses are not CUDA errors, so every failure reads as
-// cudaErrorUnknown to the caller, and the status name goes to stderr).
-#define CUBLAS_CHECK(call)                                                                        \
-    do {                                                                                          \
-        cublasStatus_t course_status_ = (call);                                                   \
-        if (course_status_ != CUBLAS_STATUS_SUCCESS) {                                            \
-            fprintf(stderr, "%s:%d: cuBLAS error %s in `%s`\n", __FILE__, __LINE__,                \
-                    cublasGetStatusName(course_status_), #call);                                  \
-            return cudaErrorUnknown;                                                              \
-        }                                                                                         \
-    } while (0)
 
 constexpr int THREADS = 256;
 constexpr int MAX_GRID_Y = 65535;  // the largest gridDim.y

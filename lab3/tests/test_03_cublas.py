@@ -156,27 +156,11 @@ def tf32_within_its_bound(ctx: RunContext) -> None:
             )
 
 
-def _median_ms(fn, reps=20):
-    import statistics
-
-    import torch
-
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def tf32_speed(ctx: RunContext) -> None:
     """Reported, not judged: TF32 on against off at 4096³, and the time of one small call."""
     import torch
+
+    from grader.child.timing import median_ms
 
     fn = ctx.entry("linear_gemmex")
     for batch, n_in, n_out in (BIG, (1, 33, 17)):
@@ -186,7 +170,7 @@ def tf32_speed(ctx: RunContext) -> None:
         ms = {}
         for tf32 in (0, 1):
             args = fn.marshal({**v, "tf32": tf32})
-            ms[tf32] = _median_ms(lambda args=args: fn.call_raw(args))
+            ms[tf32] = median_ms(lambda args=args: fn.call_raw(args))
         torch.cuda.synchronize()
         label = f"{batch}x{n_in}->{n_out}"
         if batch == BIG[0]:

@@ -156,27 +156,11 @@ def tf32_within_its_bound(ctx: RunContext) -> None:
             )
 
 
-def _median_ms(fn, reps=10):
-    import statistics
-
-    import torch
-
-    for _ in range(2):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def speed_at_4096_cubed(ctx: RunContext) -> None:
     """Reported, not judged: both entries and torch (float32 and TF32) at 4096 x 4096 -> 4096."""
     import torch
+
+    from grader.child.timing import median_ms
 
     batch, n_in, n_out = BIG
     v = make_inputs({"B": batch, "in": n_in, "out": n_out}, Rng(seed_for(ctx.task, "speed"), "cuda"))
@@ -185,9 +169,9 @@ def speed_at_4096_cubed(ctx: RunContext) -> None:
     for symbol in (SIMT, TF32):
         fn = ctx.entry(symbol)
         args = fn.marshal({**v, **o})
-        ms[symbol] = _median_ms(lambda fn=fn, args=args: fn.call_raw(args))
-    ms["torch float32"] = _median_ms(lambda: torch_f32(v, o))
-    ms["torch TF32"] = _median_ms(lambda: torch_tf32(v, o))
+        ms[symbol] = median_ms(lambda fn=fn, args=args: fn.call_raw(args))
+    ms["torch float32"] = median_ms(lambda: torch_f32(v, o))
+    ms["torch TF32"] = median_ms(lambda: torch_tf32(v, o))
     torch.cuda.synchronize()
     gflop = flops(v) / 1e9
     ctx.note(
