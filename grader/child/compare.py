@@ -42,3 +42,24 @@ def judge(
     if not bool(bad.any()):
         return None
     return describe(name, got, ref, bad, never_written, atol, rtol)
+
+
+def past_tf32_bound(
+    y: torch.Tensor, ref: torch.Tensor, x: torch.Tensor, w: torch.Tensor, pre: torch.Tensor, b: torch.Tensor
+) -> str | None:
+    """None when every element of y (B, out) is within the worst-case error of x (B, in) · wᵀ + b
+    computed with TF32 inputs (10-bit mantissas, rounded either way) and float32 sums in any
+    order, against ref (float64; pre is the sum before any epilogue such as a ReLU): each
+    product off by 2^-9 of |x_k||w_k| at most, each of the in + 4 additions by 2^-23 of the
+    running |sum|, and the final rounding of y and b. Else where the first element past it is."""
+    size = x.double().abs() @ w.double().abs().T  # sum_k |x_k||w_k| per element
+    n_in = x.shape[1]
+    bound = (2.0**-9 + (n_in + 4) * 2.0**-23) * size + 2.0**-22 * (pre.abs() + b.double().abs())
+    bad = ~((y.double() - ref).abs() <= bound)  # NaN (never written) counts as bad
+    if not bool(bad.any()):
+        return None
+    r, c = divmod(int(bad.flatten().nonzero()[0]), y.shape[1])
+    return (
+        f"{int(bad.sum())} of {bad.numel()} elements are past the TF32 bound; the first, "
+        f"y[{r}][{c}] = {float(y[r, c])!r}, expected {float(ref[r, c]):.6f} within {float(bound[r, c]):.2e}"
+    )

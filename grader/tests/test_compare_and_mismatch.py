@@ -75,3 +75,30 @@ def test_border_and_tile_edge_patterns():
     bad = torch.zeros(40, 50, dtype=torch.bool)
     bad[3, 14] = bad[20, 29] = bad[13, 2] = True
     assert "edge of each 16×16 tile" in pattern(bad)
+
+
+def test_the_tf32_bound_admits_tf32_and_rejects_what_is_wrong():
+    """past_tf32_bound: a product of TF32-rounded inputs passes; a missing bias, a NaN and zeros do not."""
+    import torch
+
+    from grader.child.compare import past_tf32_bound
+
+    g = torch.Generator().manual_seed(0)
+    x, w, b = (
+        torch.randn(8, 300, generator=g),
+        torch.randn(40, 300, generator=g) / 300**0.5,
+        torch.randn(40, generator=g),
+    )
+    ref = x.double() @ w.double().T + b.double()
+
+    def tf32(t: torch.Tensor) -> torch.Tensor:  # round to 10 mantissa bits, to nearest
+        bits = t.view(torch.int32)
+        return ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
+
+    y = (tf32(x) @ tf32(w).T + b).float()
+    assert past_tf32_bound(y, ref, x, w, ref, b) is None
+    assert "past the TF32 bound" in (past_tf32_bound((x @ w.T).float(), ref, x, w, ref, b) or "")
+    y_nan = y.clone()
+    y_nan[3, 7] = float("nan")
+    assert "y[3][7]" in (past_tf32_bound(y_nan, ref, x, w, ref, b) or "")
+    assert past_tf32_bound(torch.zeros_like(y), ref, x, w, ref, b) is not None

@@ -35,6 +35,7 @@ the time per call at B = 1 (where a handle created per call would show); linear_
 torch at B = 4096, 784 -> 1000.
 """
 
+from grader.child.compare import past_tf32_bound
 from grader.child.context import RunContext, seed_for
 from grader.tasks import Case, CudaTask, Entry, In, Int, Out, PerfTarget, Rule
 from grader.tasks.spec import Rng
@@ -131,17 +132,10 @@ def tf32_within_its_bound(ctx: RunContext) -> None:
         v = make_inputs({"B": batch, "in": n_in, "out": n_out}, rng)
         y = _call(ctx, v, 1, where)
         ref = exact(v)
-        size = v["x"].double().abs() @ v["w"].double().abs().T  # sum_k |x_k||w_k| per element
-        bound = (2.0**-9 + (n_in + 4) * 2.0**-23) * size + 2.0**-22 * (ref.abs() + v["b"].double().abs())
         err = (y.double() - ref).abs()
-        bad = ~(err <= bound)  # NaN (never written) counts as bad
-        if bool(bad.any()):
-            i = int(bad.flatten().nonzero()[0])
-            r, c = divmod(i, n_out)
-            ctx.fail(
-                f"{where}: {int(bad.sum())} of {bad.numel()} elements are past the TF32 bound; the first, "
-                f"y[{r}][{c}] = {float(y[r, c])!r}, expected {float(ref[r, c]):.6f} within {float(bound[r, c]):.2e}"
-            )
+        past = past_tf32_bound(y, ref, v["x"], v["w"], ref, v["b"])
+        if past:
+            ctx.fail(f"{where}: {past}")
         if shape == BIG and torch.cuda.get_device_capability() >= (8, 0):
             y32 = _call(ctx, v, 0, where.replace("tf32=1", "tf32=0"))
             if torch.equal(y, y32):

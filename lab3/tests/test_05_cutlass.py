@@ -39,6 +39,7 @@ entry against the SIMT one, and in the check `speed_at_4096_cubed` both entries 
 settings at 4096 x 4096 -> 4096.
 """
 
+from grader.child.compare import past_tf32_bound
 from grader.child.context import RunContext, seed_for
 from grader.tasks import Case, CudaTask, Entry, In, Int, Out, PerfTarget, Rule
 from grader.tasks.spec import Rng
@@ -130,17 +131,10 @@ def tf32_within_its_bound(ctx: RunContext) -> None:
         y = _call(ctx, TF32, v, where)
         pre = exact(v)
         ref = torch.relu(pre)
-        size = v["x"].double().abs() @ v["w"].double().abs().T  # sum_k |x_k||w_k| per element
-        bound = (2.0**-9 + (n_in + 4) * 2.0**-23) * size + 2.0**-22 * (pre.abs() + v["b"].double().abs())
         err = (y.double() - ref).abs()
-        bad = ~(err <= bound)  # NaN (never written) counts as bad
-        if bool(bad.any()):
-            i = int(bad.flatten().nonzero()[0])
-            r, c = divmod(i, n_out)
-            ctx.fail(
-                f"{where}: {int(bad.sum())} of {bad.numel()} elements are past the TF32 bound; the first, "
-                f"y[{r}][{c}] = {float(y[r, c])!r}, expected {float(ref[r, c]):.6f} within {float(bound[r, c]):.2e}"
-            )
+        past = past_tf32_bound(y, ref, v["x"], v["w"], pre, v["b"])
+        if past:
+            ctx.fail(f"{where}: {past}")
         if shape == PRECISION_SHAPE:
             y32 = _call(ctx, SIMT, v, where.replace(TF32, SIMT))
             err32 = (y32.double() - ref).abs()
