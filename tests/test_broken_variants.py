@@ -5,6 +5,7 @@ lab's reference solutions; they compile anywhere, and are graded where there is 
 from __future__ import annotations
 
 import importlib.util
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -15,7 +16,7 @@ from grader import paths, toolchain
 from grader.build import nvcc as build
 from grader.build.nvcc import BuildUnit
 from grader.parent import runner, scoring
-from grader.records import TaskResult
+from grader.records import TaskResult, Verdict
 from grader.tasks import NotebookTask, Task, catalogue
 from grader.tasks.spec import CudaTask
 from grader.tests import variants
@@ -61,7 +62,14 @@ def test_every_variant_applies_and_compiles(lab: str) -> None:
             files[BROKEN[lab].VARIANTS[name].solution] = made
             units.append(BuildUnit.for_task(task, files, "variant"))
     results = build.build_all(units)  # notebooks and torch extensions are built by their own kinds
-    failed = {paths.rel(s): r.error for s, r in results.items() if not r.ok}
+    # a library or header wheel this machine lacks (cuBLAS, the cuDNN frontend) is reported, as
+    # tests/test_compile_all.py reports it: the GPU machine builds those variants when it grades them
+    for unit, r in results.items():
+        if r.verdict == Verdict.ENVIRONMENT and not r.ok:
+            warnings.warn(f"{unit.name} ({unit.stem}) not built on this machine: {r.error}", stacklevel=1)
+    failed = {
+        f"{u.name} ({u.stem})": r.error for u, r in results.items() if not r.ok and r.verdict != Verdict.ENVIRONMENT
+    }
     assert not failed, failed
 
 

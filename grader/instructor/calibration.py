@@ -10,6 +10,7 @@ from typing import Any
 
 from grader.child.compare import judge
 from grader.child.context import seed_for
+from grader.parent.runner import run_prepare
 from grader.tasks.spec import Buffer, CudaTask, Entry, Rng, Task, clone_values, torch_dtype
 
 MAX_ELEMENTS = 1 << 21  # larger cases add time, not evidence
@@ -40,6 +41,10 @@ def calibrate(task: Task) -> list[str]:
     own tests, which `make verify` runs on the skeleton (they must fail) and the solution."""
     if not isinstance(task, CudaTask):
         return []
+    if task.prepare is not None:  # what its inputs are made from (lab 3's trained network)
+        failed = run_prepare(task.prepare)
+        if failed:
+            return [f"{task.task_id}: {failed}"]
     problems: list[str] = []
     cases = [c for c in task.cases if c.size <= MAX_ELEMENTS] or list(task.cases[:1])
     for entry in task.entries:

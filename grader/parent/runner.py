@@ -149,7 +149,7 @@ def _grade(
         if t.prepare is None or t.task_id in early:
             continue
         if t.prepare not in prepared:
-            prepared[t.prepare] = _prepare(t.prepare)
+            prepared[t.prepare] = run_prepare(t.prepare)
         if prepared[t.prepare] is not None:
             early[t.task_id] = _result(t, sources[t.task_id][t.source], Verdict.ENVIRONMENT, prepared[t.prepare])
     gpu = toolchain.has_gpu()
@@ -190,7 +190,7 @@ def _grade(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _prepare(target: str) -> str | None:
+def run_prepare(target: str) -> str | None:
     """Runs a task's prepare step ("module:function"); its error message, or None when it worked."""
     module, _, name = target.partition(":")
     try:
