@@ -23,6 +23,7 @@
 // Test:      make test-lab2 TASK=05
 
 #include "course.h"
+#include "course_scratch.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -138,26 +139,8 @@ static size_t node_count(const Tree& t, size_t n, int k, size_t j) {
 // Given: the baseline, one launch per node.
 // ---------------------------------------------------------------------------------------------
 
-// reduce_launches' partial sums, kept and grown as in task 10. The device is synchronized
-// before the old buffer is freed, because kernels still queued may be reading it.
-static cudaError_t scratch(size_t floats, float** buffer) {
-    static float* data = nullptr;
-    static size_t capacity = 0;
-    if (floats > capacity) {
-        if (data != nullptr) {
-            CUDA_CHECK(cudaDeviceSynchronize());
-            CUDA_CHECK(cudaFree(data));
-            data = nullptr;
-            capacity = 0;
-        }
-        CUDA_CHECK(cudaMalloc(&data, floats * sizeof(float)));
-        capacity = floats;
-    }
-    *buffer = data;
-    return cudaSuccess;
-}
-
-// The tree level by level, node by node: t.total launches, each a single block of a few µs.
+// The tree level by level, node by node: t.total launches, each a single block of a few µs. The
+// partial sums live in the scratch buffer of course_scratch.h, kept and grown.
 COURSE_API cudaError_t reduce_launches(const float* in, float* out, int n) {
     if (n < 1 || (size_t)n > MAX_N) return cudaErrorInvalidValue;
     const Tree t = tree_for((size_t)n);

@@ -21,6 +21,7 @@
 
 #include "course.h"
 #include "course_host_copy.h"
+#include "course_scratch.h"
 
 #include <algorithm>
 #include <cstddef>
@@ -44,24 +45,6 @@ static unsigned blocks_for(size_t n) {
 
 // ---- given: the baseline ------------------------------------------------------------------------
 
-// copy_pageable's device buffer, kept and grown (the device is synchronized before the old one
-// is freed), so that no timed call pays for cudaMalloc.
-static cudaError_t device_buffer(size_t floats, float** buffer) {
-    static float* data = nullptr;
-    static size_t capacity = 0;
-    if (floats > capacity) {
-        if (data != nullptr) {
-            CUDA_CHECK(cudaDeviceSynchronize());
-            CUDA_CHECK(cudaFree(data));
-            data = nullptr;
-            capacity = 0;
-        }
-        CUDA_CHECK(cudaMalloc(&data, floats * sizeof(float)));
-        capacity = floats;
-    }
-    *buffer = data;
-    return cudaSuccess;
-}
 
 // Copy in, scale, copy back, one after the other. Both cudaMemcpy calls see pageable memory: the
 // driver copies it through a pinned buffer of its own, and each call returns only when its part
@@ -70,7 +53,7 @@ COURSE_API cudaError_t copy_pageable(const float* x, float* y, int n, float a) {
     if (n < 1) return cudaErrorInvalidValue;
     const size_t bytes = (size_t)n * sizeof(float);
     float* d = nullptr;
-    CUDA_CHECK(device_buffer((size_t)n, &d));
+    CUDA_CHECK(scratch((size_t)n, &d));  // course_scratch.h: no timed call pays for cudaMalloc
     CUDA_CHECK(cudaMemcpy(d, x, bytes, cudaMemcpyHostToDevice));
     scale_kernel<<<blocks_for((size_t)n), THREADS>>>(d, (size_t)n, a);
     CUDA_CHECK(cudaGetLastError());

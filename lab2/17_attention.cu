@@ -25,6 +25,7 @@
 // Test:      make test-lab2 TASK=17
 
 #include "course.h"
+#include "course_scratch.h"
 
 #include <cmath>
 #include <cstddef>
@@ -126,26 +127,8 @@ __global__ void __launch_bounds__(fa::BR) attention_fused_kernel(const float* __
 // The host side, given.
 // ---------------------------------------------------------------------------------------------
 
-// Rung 1's scores live in one device buffer, kept from call to call and grown when a larger
-// BH * T * T needs more: only the first call at a new largest size allocates, so the timed calls
-// pay for no cudaMalloc. The device is synchronized before the old buffer is freed, because
-// kernels still queued may be using it.
-static cudaError_t scratch(size_t floats, float** buffer) {
-    static float* data = nullptr;
-    static size_t capacity = 0;
-    if (floats > capacity) {
-        if (data != nullptr) {
-            CUDA_CHECK(cudaDeviceSynchronize());
-            CUDA_CHECK(cudaFree(data));
-            data = nullptr;
-            capacity = 0;
-        }
-        CUDA_CHECK(cudaMalloc(&data, floats * sizeof(float)));
-        capacity = floats;
-    }
-    *buffer = data;
-    return cudaSuccess;
-}
+// Rung 1's scores live in the scratch buffer of course_scratch.h, kept from call to call and
+// grown when a larger BH * T * T needs more, so the timed calls pay for no cudaMalloc.
 
 COURSE_API cudaError_t attention_1(const float* Q, const float* K, const float* V, float* O, int BH, int T, int D,
                                    int causal) {

@@ -47,6 +47,13 @@ def materialize(lab: str, name: str) -> Path:
     return variants.materialize(paths.ROOT / lab / "solutions" / v.solution, v.edits, f"{lab}-{name}", v.why)
 
 
+def _sources(lab: str, task: Task, name: str) -> dict[str, Path]:
+    """The files a variant is graded with: its broken one, and the task's other files as solved."""
+    files = {rel: paths.solution_source(task.lab_dir(), rel) for rel in task.sources}
+    files[BROKEN[lab].VARIANTS[name].solution] = materialize(lab, name)
+    return files
+
+
 @pytest.mark.parametrize("lab", LABS)
 def test_every_variant_applies_and_compiles(lab: str) -> None:
     try:
@@ -55,11 +62,9 @@ def test_every_variant_applies_and_compiles(lab: str) -> None:
         pytest.skip(str(e))
     units = []
     for name in BROKEN[lab].VARIANTS:
-        made = materialize(lab, name)  # every variant's edits apply, a notebook's too
         task = _task(lab, name)
+        files = _sources(lab, task, name)  # every variant's edits apply, a notebook's too
         if isinstance(task, CudaTask):  # built as its task builds it: flags, libraries, header wheels
-            files = {rel: paths.solution_source(task.lab_dir(), rel) for rel in task.sources}
-            files[BROKEN[lab].VARIANTS[name].solution] = made
             units.append(BuildUnit.for_task(task, files, "variant"))
     results = build.build_all(units)  # notebooks and torch extensions are built by their own kinds
     # a library or header wheel this machine lacks (cuBLAS, the cuDNN frontend) is reported, as
@@ -86,13 +91,6 @@ def _task(lab: str, name: str) -> Task:
     """The task a variant (`NN_name.what`) breaks."""
     tasks = {Path(t.spec_file).stem.removeprefix("test_"): t for t in catalogue.all_tasks([lab])}
     return tasks[name.split(".")[0]]
-
-
-def _sources(lab: str, task: Task, name: str) -> dict[str, Path]:
-    """The files a variant is graded with: its broken one, and the task's other files as solved."""
-    files = {rel: paths.solution_source(task.lab_dir(), rel) for rel in task.sources}
-    files[BROKEN[lab].VARIANTS[name].solution] = materialize(lab, name)
-    return files
 
 
 def _grade(

@@ -17,6 +17,7 @@ def bad_mask(got: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> 
     """True where got is wrong. NaN and Inf are right only where the reference has them too."""
     import torch
 
+    ref = ref.to(got.device)  # a reference computed elsewhere (a host output's, on the GPU) is judged where got is
     if not got.dtype.is_floating_point:
         return got != ref.to(got.dtype)
     if got.numel() > CHUNK:
@@ -36,6 +37,7 @@ def judge(
     name: str, got: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, never_written: torch.Tensor | None
 ) -> str | None:
     """None when the output is right, else a report for the student."""
+    ref = ref.to(got.device)
     if tuple(ref.shape) != tuple(got.shape):
         ref = ref.reshape(got.shape)
     bad = bad_mask(got, ref, atol, rtol)

@@ -18,6 +18,7 @@
 // Test:      make test-lab2 TASK=10
 
 #include "course.h"
+#include "course_scratch.h"
 
 #include <algorithm>
 #include <cstddef>
@@ -175,26 +176,9 @@ __global__ void reduce_vec4_kernel(const float* __restrict__ in, float* __restri
 // The host side, shared by every rung.
 // ---------------------------------------------------------------------------------------------
 
-// The partial sums between passes live in one device buffer that all rungs share. It is kept
-// from call to call and grows when a larger n needs more: only the first call at a new largest
-// size allocates, so the timed calls (after warm-up) pay for no cudaMalloc. Before the old
-// buffer is freed the device is synchronized, because kernels still queued may be reading it.
-static cudaError_t scratch(size_t floats, float** buffer) {
-    static float* data = nullptr;
-    static size_t capacity = 0;
-    if (floats > capacity) {
-        if (data != nullptr) {
-            CUDA_CHECK(cudaDeviceSynchronize());
-            CUDA_CHECK(cudaFree(data));
-            data = nullptr;
-            capacity = 0;
-        }
-        CUDA_CHECK(cudaMalloc(&data, floats * sizeof(float)));
-        capacity = floats;
-    }
-    *buffer = data;
-    return cudaSuccess;
-}
+// The partial sums between passes live in one device buffer that all rungs share: the scratch
+// buffer of course_scratch.h, kept from call to call and grown when a larger n needs more, so
+// the timed calls (after warm-up) pay for no cudaMalloc.
 
 using Kernel = void (*)(const float*, float*, size_t);
 using Blocks = size_t (*)(size_t count);  // how many blocks a rung launches for `count` floats

@@ -76,20 +76,25 @@ def _register_probe(cuda: ctypes.CDLL, address: int, nbytes: int) -> int:
     return rc
 
 
-def caller_buffers_not_left_registered(ctx: RunContext) -> None:
-    """One call on fresh arrays, then the arrays must be registrable again: nothing left pinned."""
+def call_on_fresh_arrays(ctx: RunContext, fn, rng: Rng, n: int, where: str):
+    """copy_pinned on host arrays allocated for this one call, as a caller would: (x, y, how many
+    elements of y differ from the one right answer)."""
     import numpy as np
 
-    fn = ctx.entry("copy_pinned")
-    rng = Rng(seed_for(ctx.task, "caller_buffers_not_left_registered"), "cuda")
-    n = (1 << 22) + 3
-    x = rng.randn(n).cpu().numpy().copy()  # an allocation of its own, as a caller would make
+    x = rng.randn(n).cpu().numpy().copy()  # an allocation of its own
     a = rng.scalar()
     y = np.full(n, np.nan, dtype=np.float32)
-    ctx.check_rc("copy_pinned", fn({"x": x, "y": y, "n": n, "a": a}), f"n={n}")
+    ctx.check_rc("copy_pinned", fn({"x": x, "y": y, "n": n, "a": a}), where)
     expected = (x.astype(np.float64) * as_float32(a)).astype(np.float32)
-    if not np.array_equal(y, expected):
-        bad = int((y != expected).sum())
+    return x, y, int((y != expected).sum())
+
+
+def caller_buffers_not_left_registered(ctx: RunContext) -> None:
+    """One call on fresh arrays, then the arrays must be registrable again: nothing left pinned."""
+    rng = Rng(seed_for(ctx.task, "caller_buffers_not_left_registered"), "cuda")
+    n = (1 << 22) + 3
+    x, y, bad = call_on_fresh_arrays(ctx, ctx.entry("copy_pinned"), rng, n, f"n={n}")
+    if bad:
         ctx.fail(f"copy_pinned(n={n}) on fresh arrays: {bad} of {n} elements of `y` are wrong")
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
@@ -112,19 +117,12 @@ def caller_buffers_not_left_registered(ctx: RunContext) -> None:
 def back_to_back_calls_each_see_their_own_inputs(ctx: RunContext) -> None:
     """Forty short calls in a row, each on new values: a call that hands back its staging buffer
     before its own copy back has landed returns the previous call's results."""
-    import numpy as np
-
     fn = ctx.entry("copy_pinned")
     rng = Rng(seed_for(ctx.task, "back_to_back_calls_each_see_their_own_inputs"), "cuda")
     for i in range(40):
         n = (1, 7, 1000, 4099)[i % 4]
-        x = rng.randn(n).cpu().numpy().copy()
-        a = rng.scalar()
-        y = np.full(n, np.nan, dtype=np.float32)
-        ctx.check_rc("copy_pinned", fn({"x": x, "y": y, "n": n, "a": a}), f"n={n}, call {i + 1} of 40")
-        expected = (x.astype(np.float64) * as_float32(a)).astype(np.float32)
-        if not np.array_equal(y, expected):
-            bad = int((y != expected).sum())
+        _, _, bad = call_on_fresh_arrays(ctx, fn, rng, n, f"n={n}, call {i + 1} of 40")
+        if bad:
             ctx.fail(
                 f"copy_pinned(n={n}), call {i + 1} of 40 in a row, each on new values: {bad} of {n} elements of "
                 "`y` are wrong. Did the host copy a chunk out of its staging buffer before the copy back into it "
