@@ -68,6 +68,13 @@ class Timing:
     read_gbps: float | None = None  # the card's measured read-only bandwidth, in the same run
     peak_gbps: float | None = None  # theoretical DRAM bandwidth: memory clock x bus width x 2
     peak_gflops: float | None = None  # theoretical FLOP/s for the entry's flop_peak (fp32 or tensor)
+    sweep: bool = False  # a case timed by `make bench` for a throughput plot only: no target reads it
+
+    @property
+    def headline(self) -> bool:
+        """Whether reports list this row with the task (ladder rows go to the lab's README tables,
+        sweep rows to its plots)."""
+        return not self.ladder and not self.sweep
 
 
 @dataclass

@@ -245,15 +245,21 @@ def run(task: CudaTask, job: ChildJob, rec: Recorder) -> None:
                     rec.set(phase=f"{entry.symbol}, case {case.label}")
                     report.cases.append(run_case(task, entry, eps[entry.symbol], case, ctx, draw))
         ladder = job.timing == "ladder" and task.ladder is not None
-        if job.timing != "off" and not job.sanitize and (task.timing_case or ladder):
+        timed = task.timed_cases(bench=job.timing == "ladder")  # ladder: make bench-labN
+        if job.timing != "off" and not job.sanitize and (timed or ladder):
             budget = timing.QUICK if job.timing == "quick" else timing.BENCH
             rec.set(phase="measuring the card's limits (copy and read bandwidth)")
             limits = timing.measure_limits()
-            if task.timing_case:
-                case = next(c for c in task.cases if c.label == task.timing_case)
-                for entry in task.entries:
+            scored = {task.timing_case, *(p.case for p in task.perf)}
+            for case in timed:
+                # a sweep case is for the throughput plot: an entry without a baseline has no line there
+                swept = [e for e in task.entries if e.symbol in task.sweep_entries or not task.sweep_entries]
+                entries = task.entries if case.label in scored else [e for e in swept if e.baseline is not None]
+                for entry in entries:
                     rec.set(phase=f"timing {entry.symbol}, case {case.label}")
-                    report.timings.append(time_entry(task, entry, eps[entry.symbol], case, budget, limits))
+                    row = time_entry(task, entry, eps[entry.symbol], case, budget, limits)
+                    row.sweep = case.label not in scored
+                    report.timings.append(row)
             if ladder:
                 from grader.child.ladder import run_ladder
 

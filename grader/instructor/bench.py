@@ -10,7 +10,9 @@ that did not pass leaves its table as it was: a README never shows numbers of wr
 `--placeholder` writes the tables' shape without numbers (no GPU needed), so a new ladder's block
 exists before its first GPU run and `make check` can hold it to the declaration. With
 `--solutions` over a whole lab, the chapter also gets the reference solutions' timings on this
-card (grader/report/timings.py).
+card (grader/report/timings.py). A whole lab whose tasks declare sweeps (lab 3's batch sizes)
+gets its results JSON for the lab's notebook: labN/results/reference-bench.json with
+`--solutions`, labN/results/my-bench.json (not committed) for the student's own code.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 from grader import paths, toolchain
 from grader.parent import runner, scoring
 from grader.records import Verdict
-from grader.report import envinfo, ladders, timings
+from grader.report import envinfo, files, ladders, timings
 from grader.report.terminal import table
 from grader.tasks import catalogue
 
@@ -108,4 +110,12 @@ def bench(
             say(f"the reference timings on {timings.card(env)}: {where} in {paths.rel(readme)}")
         else:
             say("the reference timings table is left as it was: not every reference solution passed")
+    if not selectors and any(t.sweep for r in results.values() for t in r.timings):  # the notebook's data
+        stored = folder / "results" / ("reference-bench.json" if solutions else "my-bench.json")
+        if solutions and rc != 0:
+            say(f"{paths.rel(stored)} is left as it was: not every reference solution passed")
+        else:
+            stored.parent.mkdir(exist_ok=True)
+            files.write_json(stored, list(results.values()), env)
+            say(f"the results, batch sweeps included, for the lab's notebook: {paths.rel(stored)}")
     return rc

@@ -51,7 +51,7 @@ def gate_problems(task: Task, result: TaskResult) -> list[str]:
                 f"{result.verdict}" + (f": {line}" if line else "")
             )
             continue
-        value = scoring.metric(result, target)
+        value = scoring.metric(task, result, target)
         if value is None:
             problems.append(
                 f"{task.task_id}: gate {target.entry} {target.metric} was not measured: no timing of `{target.entry}` "
@@ -85,7 +85,7 @@ def check_gates(tasks: list[Task], gpu: bool, say: Callable[[str], None]) -> lis
         result = by_id[task.task_id]
         found = gate_problems(task, result)
         for target in (p for p in task.perf if p.gate):
-            value = scoring.metric(result, target)
+            value = scoring.metric(task, result, target)
             if value is not None and result.verdict == Verdict.PASS:
                 say(f"  {task.task_id}: {scoring.reached(target, value)} {'✓' if value >= target.target else '✗'}")
         problems += found

@@ -6,8 +6,11 @@ from grader.records import TaskResult, Verdict
 from grader.tasks.spec import PerfTarget, Task
 
 
-def metric(result: TaskResult, target: PerfTarget) -> float | None:
-    rows = {t.entry: t for t in result.timings if not t.ladder}
+def metric(task: Task, result: TaskResult, target: PerfTarget) -> float | None:
+    """The value of `target`'s metric in `result`, from the row of its entry on its case (the
+    task's timing case unless the target names one); None when that row was not timed."""
+    case = target.case or getattr(task, "timing_case", None)
+    rows = {t.entry: t for t in result.timings if t.headline and (case is None or t.case == case)}
     # an entry timed only as a ladder rung is judged at the ladder's last (largest) sweep size
     rows |= {t.entry: t for t in result.timings if t.ladder and t.entry and t.entry not in rows}
     row = rows.get(target.entry)
@@ -43,7 +46,7 @@ def score(task: Task, result: TaskResult) -> tuple[float, float]:
     else:
         points = task.points
     for target in task.perf:
-        value = metric(result, target)
+        value = metric(task, result, target)
         if value is not None and value >= target.target:
             points += target.points
     return points, max_points
@@ -74,14 +77,15 @@ def _fmt(target: PerfTarget, value: float) -> str:
 def reached(target: PerfTarget, value: float) -> str:
     """`saxpy reached 85% of the copy bandwidth (target 75%)`: for reports and `make verify`'s gates."""
     what = " " + _what(target) if _what(target) else ""
-    return f"{target.entry} reached {_fmt(target, value)}{what} (target {_fmt(target, target.target)})"
+    at = f" at {target.case}" if target.case else ""
+    return f"{target.entry} reached {_fmt(target, value)}{what}{at} (target {_fmt(target, target.target)})"
 
 
 def perf_report(task: Task, result: TaskResult) -> list[str]:
     """One line per performance target: what was reached, against what, and the points."""
     lines = []
     for t in task.perf:
-        value = metric(result, t)
+        value = metric(task, result, t)
         if value is None:
             continue
         met = value >= t.target and result.verdict == Verdict.PASS

@@ -38,7 +38,7 @@ def markdown(results: list[TaskResult], env: dict[str, Any]) -> str:
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
-        timings: list[Timing | None] = [t for t in r.timings if not t.ladder]  # ladders: see the lab README
+        timings: list[Timing | None] = [t for t in r.timings if t.headline]  # ladders: see the lab README
         for k, t in enumerate(timings or [None]):
             name = f"{r.task_id} {r.title}" if k == 0 else "↳"
             name += f" (`{t.entry}`)" if t and len(timings) > 1 else ""

@@ -38,13 +38,15 @@ def table(results: list[TaskResult], with_details: bool = False) -> str:
     """Ladder rows (`make bench-labN`) are left out: their tables go into the lab README. With
     `with_details`, the details of each task that neither passed nor was skipped follow its last
     row, behind a bar; they are no cells, so they do not widen the columns."""
-    flops = any(t.gflops is not None for r in results for t in r.timings if not t.ladder)
+    flops = any(t.gflops is not None for r in results for t in r.timings if t.headline)
     rows = [("task", "verdict", "time", "vs torch", "of copy bw", *(["GFLOP/s"] if flops else []), "points")]
     under: dict[int, list[str]] = {}  # a row's index: the lines printed under it
     for r in results:
-        timings: list[Timing | None] = [t for t in r.timings if not t.ladder] or [None]
+        timings: list[Timing | None] = [t for t in r.timings if t.headline] or [None]
         for k, t in enumerate(timings):
             name = f"{r.task_id} {r.title}" if k == 0 else f"  └ {t.entry if t else ''}"
+            if k > 0 and t and t.case != timings[0].case:  # type: ignore[union-attr]
+                name += f", {t.case}"  # a target's own case (lab 3's batch 4096)
             if k == 0 and len(timings) > 1 and t:
                 name += f" ({t.entry})"
             verdict = f"{MARK.get(r.verdict, '✗')} {r.verdict}" if k == 0 else ""

@@ -46,7 +46,7 @@ def rows(results: Sequence[TaskResult]) -> list[str]:
     """One row per timed entry of each task (ladder rows are the ladders' own tables)."""
     out = []
     for r in results:
-        timed = [t for t in r.timings if not t.ladder]
+        timed = [t for t in r.timings if t.headline]
         if r.verdict != Verdict.PASS or not timed:
             continue
         for t in timed:

@@ -185,6 +185,9 @@ class PerfTarget:
     "gflops" or "share_of:<baseline>" (a ladder baseline's time over this one's, e.g. cuBLAS). An
     entry timed only in its task's ladder is judged at the ladder's last sweep size. A gate must
     hold for the reference solution: `make verify` times it and fails when it misses.
+
+    `case` names the case the target is judged on; "" means the task's `timing_case`. Every case
+    a target names is timed on every run (lab 3's batch-1 and batch-4096 targets).
     """
 
     entry: str
@@ -192,6 +195,7 @@ class PerfTarget:
     target: float
     points: float
     gate: bool = False
+    case: str = ""
 
 
 @dataclass(kw_only=True)
@@ -260,6 +264,30 @@ class CudaTask(Task):
     libraries: Sequence[str] = ()
     include_packages: Sequence[str] = ()
     ladder: Ladder | None = None  # rungs timed side by side over a sweep (grader/tasks/ladder.py)
+    # cases timed by `make bench-labN` only, every entry against its baseline, for throughput plots
+    # (lab 3's images/s against batch size); not checked for values beyond what the timing verifies
+    sweep: Sequence[Case] = ()
+    sweep_entries: Sequence[str] = ()  # the entries a sweep times; () means every entry with a baseline
+
+    def __post_init__(self) -> None:
+        labels = {c.label for c in self.cases}
+        named = [self.timing_case or "", *(p.case for p in self.perf)]
+        missing = [x for x in named if x and x not in labels]
+        if missing:
+            raise ValueError(
+                f"CudaTask {self.lab}/{self.number}: case {missing[0]!r} is not among the cases {sorted(labels)}"
+            )
+        if len({c.label for c in self.sweep}) != len(self.sweep):
+            raise ValueError(f"CudaTask {self.lab}/{self.number}: sweep labels must be distinct")
+
+    def timed_cases(self, bench: bool) -> list[Case]:
+        """The cases timed in a run: the timing case, the cases the targets name and, for a
+        benchmark, the sweep (rows of a sweep case come back marked `sweep`)."""
+        labels = [self.timing_case or "", *(p.case for p in self.perf)]
+        chosen = [c for label in dict.fromkeys(labels) if label for c in self.cases if c.label == label]
+        if bench:
+            chosen += [c for c in self.sweep if c.label not in {x.label for x in chosen}]
+        return chosen
 
     def tol(self, dtype: str, entry: Entry | None = None) -> tuple[float, float]:
         """(atol, rtol) for outputs of `dtype`: the entry's own where it declares one, else the task's,

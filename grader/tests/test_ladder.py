@@ -134,11 +134,11 @@ def test_scoring_reads_ladder_rows_and_library_shares() -> None:
     result = TaskResult("fixtures", "94", "copy", "94_copy.cu", Verdict.PASS, timings=rows)
     # no timing-case row for copy_vec4 here: its ladder row at the last sweep size answers
     vec4_last = next(r for r in rows if r.rung == "copy_vec4" and r.case == "n=2^26")
-    assert scoring.metric(result, PerfTarget("copy_vec4", "share_of:cuBLAS", 0.5, 1)) == vec4_last.vs["cuBLAS"]
-    assert scoring.metric(result, PerfTarget("copy_vec4", "gbps", 1, 1)) == vec4_last.gbps
+    assert scoring.metric(task, result, PerfTarget("copy_vec4", "share_of:cuBLAS", 0.5, 1)) == vec4_last.vs["cuBLAS"]
+    assert scoring.metric(task, result, PerfTarget("copy_vec4", "gbps", 1, 1)) == vec4_last.gbps
     timed = Timing("copy_vec4", "n=2^24", 1.0, 1.0, 1.0, 1.0, 9, gbps=12.0, share_of_peak=0.5)
     result.timings.insert(0, timed)  # the timing case's own row wins over the ladder's
-    assert scoring.metric(result, PerfTarget("copy_vec4", "gbps", 1, 1)) == 12.0
+    assert scoring.metric(task, result, PerfTarget("copy_vec4", "gbps", 1, 1)) == 12.0
     line = scoring.reached(PerfTarget("copy_vec4", "share_of_peak", 0.6, 1), 0.5)
     assert line == "copy_vec4 reached 50% of the card's theoretical peak (target 60%)"
 

@@ -86,6 +86,7 @@ SHAPES = [
     (1000, 784, 1000, 1000, 256),
 ]
 TIMING = (4096, 784, 1000, 10000, 4096)
+SWEEP = [1, 4, 16, 64, 256, 1024, 4096]  # batch sizes of the throughput plot (make bench-lab3)
 
 
 def label(s: tuple[int, int, int, int, int]) -> str:
@@ -281,6 +282,8 @@ TASK = CudaTask(
     cases=[case(s, small=s[0] * s[1] * s[2] <= 1 << 24 and s[3] == 1) for s in SHAPES] + [case(TIMING, small=False)],
     make_inputs=make_inputs,
     timing_case=label(TIMING),
+    sweep=[case((b, 784, 1000, b, b), small=False) for b in SWEEP],
+    sweep_entries=["mlp_predict"],
     checks=[trained_network_matches_torch],
     prepare="lab3.network:ensure_trained",
     timeout=180,

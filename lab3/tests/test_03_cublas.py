@@ -45,6 +45,7 @@ ARGS_GEMMEX = [*ARGS_LT, Int("tf32")]
 BATCHES = [1, 7, 64, 4096]
 LAYERS = [(784, 1000), (1000, 10), (33, 17), (256, 256)]
 TIMING = "4096x784->1000"
+SWEEP = [1, 4, 16, 64, 256, 1024, 4096]  # batch sizes of the throughput plot (make bench-lab3)
 BIG = (4096, 4096, 4096)  # B, in, out of the TF32 comparison
 # the cases of the TF32 bound: odd, square (the mix-up fits) and one of each layer
 TF32_SHAPES = [(1, 33, 17), (7, 1000, 10), (64, 256, 256), (64, 784, 1000), BIG]
@@ -190,6 +191,7 @@ TASK = CudaTask(
     make_inputs=make_inputs,
     tolerance={"f32": (5e-5, 0.0)},
     timing_case=TIMING,
+    sweep=[case(b, 784, 1000) for b in SWEEP],
     checks=[tf32_within_its_bound, tf32_speed],
     libraries=["cublas", "cublasLt"],
     timeout=120,

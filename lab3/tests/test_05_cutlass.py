@@ -50,6 +50,7 @@ TF32 = "linear_relu_cutlass_tf32"
 BATCHES = [1, 7, 64, 4096]
 LAYERS = [(784, 1000), (1000, 10), (33, 17), (256, 256)]
 TIMING = "4096x784->1000"
+SWEEP = [1, 4, 16, 64, 256, 1024, 4096]  # batch sizes of the throughput plot (make bench-lab3)
 F32_ATOL = 5e-5  # float32 against the float64 result (module docstring)
 TF32_ATOL = 5e-2  # the TF32 bound at K = 1000, the largest K of the cases (module docstring)
 # the element-wise TF32 bound on each kind of shape; the second is the "was it TF32" shape
@@ -198,6 +199,7 @@ TASK = CudaTask(
     make_inputs=make_inputs,
     tolerance={"f32": (F32_ATOL, 0.0)},
     timing_case=TIMING,
+    sweep=[case(b, 784, 1000) for b in SWEEP],
     checks=[tf32_within_its_bound, speed_at_4096_cubed],
     include_packages=["nvidia-cutlass"],
     # CUTLASS's own headers call constexpr host functions from host-device code (its examples build
