@@ -232,9 +232,12 @@ def _grade_one(
             f"no NVIDIA GPU visible (nvidia-smi finds none): {what}run on a GPU machine to check and time it",
             kernels=kernels,
         )
+    # earlier tasks' files this one runs, as this run grades them (the solutions, or the student's)
+    lab, pick = task.lab_dir(), paths.solution_source if opts.solutions else paths.student_source
+    earlier = {rel: str(pick(lab, rel)) for rel in getattr(task, "builds_on", ())}
     job = ChildJob(
         spec=task.spec_file,
-        sources={rel: str(p) for rel, p in sources.items()},
+        sources={**earlier, **{rel: str(p) for rel, p in sources.items()}},
         lib=str(b.lib) if b and b.lib else None,
         timing=opts.timing,
         huge=opts.huge,

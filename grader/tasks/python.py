@@ -6,7 +6,7 @@ next to `TASK`, each marked with the points it is worth:
 
     @pytest.mark.points(3)
     def test_plan_orders_nodes():
-        from minicomp import planner      # import the student's code inside the test, never at the top
+        from kiln import planner          # import the student's code inside the test, never at the top
         ...
 
 They never run in the student's own pytest session (`make test-labN`): the grader's plugin drops
@@ -37,11 +37,13 @@ DEFAULT_TEST_POINTS = 1.0
 
 @dataclass(kw_only=True)
 class PythonTask(Task):
-    """`sources` are the student's `.py` files relative to the lab folder (`minicomp/planner.py`).
+    """`sources` are the student's `.py` files relative to the lab folder (`kiln/planner.py`).
 
     The task process copies every top-level folder (or file) of the lab that `sources` or
     `packages` name into a scratch folder, puts the graded sources over them, and imports from
     there first: `packages` adds folders the tests need beyond the sources' own package.
+    `builds_on` names other tasks' files the tests run (any suffix): a variant replaces only this
+    task's own sources, so a run with `--solutions` runs the reference of every file involved.
     """
 
     kind: ClassVar[str] = "python"
@@ -50,6 +52,9 @@ class PythonTask(Task):
 
     gpu: bool = False
     packages: Sequence[str] = ()
+    # files of earlier tasks this one runs (lab 4's executor runs the kernels of tasks 03-05): staged
+    # as this run grades them, the reference solutions' with --solutions, else the student's own
+    builds_on: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         bad = [s for s in self.sources if PurePosixPath(s).suffix != ".py"]

@@ -83,8 +83,8 @@ def test_the_file_is_named_as_the_student_knows_it() -> None:
     graded = result("03", Verdict.PASS, 10, 10)
     graded.source = "/home/runner/work/hw/hw/submission/lab1/03_saxpy.cu"
     assert classroom.one_test(graded)["filename"] == "lab1/03_saxpy.cu"
-    module = TaskResult("lab4", "03", "memory planner", "/tmp/x/lab4/minicomp/planner.py", Verdict.PASS)
-    assert classroom.one_test(module)["filename"] == "lab4/minicomp/planner.py"
+    module = TaskResult("lab4", "01", "memory planner", "/tmp/x/lab4/kiln/planner.py", Verdict.PASS)
+    assert classroom.one_test(module)["filename"] == "lab4/kiln/planner.py"
 
 
 def test_base64_round_trip(results: list[TaskResult]) -> None:

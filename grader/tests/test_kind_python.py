@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -250,3 +251,20 @@ def test_a_failing_prepare_step_is_the_tasks_environment_verdict(task):
     (result,) = runner.grade([broken], runner.Options(timing="off", timeout=TIMEOUT), {broken.task_id: REFERENCE})
     assert result.verdict == Verdict.ENVIRONMENT
     assert "make train-lab3" in result.message and "FileNotFoundError" in result.message
+
+
+def test_builds_on_stages_earlier_tasks_files_as_the_run_grades_them(task, tmp_path):
+    """A task that runs another task's file (lab 4's executor runs the kernels of tasks 03-05) gets
+    the reference of that file with --solutions and the student's own otherwise."""
+    lab = tmp_path / "lab"
+    shutil.copytree(FIXTURE, lab)
+    solutions = lab / "solutions" / "tinystats"
+    solutions.mkdir(parents=True)
+    shutil.copyfile(REFERENCE, solutions / "stats.py")
+    # the "reference" of the earlier file lets an empty list through: only its staging can fail the task
+    (solutions / "checks.py").write_text("def require_nonempty(xs):\n    return None\n")
+    later = dataclasses.replace(task, spec_file=str(lab / "tests" / SPEC.name), builds_on=["tinystats/checks.py"])
+    (solved,) = runner.grade([later], runner.Options(solutions=True, timing="off", timeout=TIMEOUT))
+    assert solved.verdict == Verdict.WRONG and "test_empty_input_is_rejected" in solved.message, solved.message
+    (own,) = runner.grade([later], runner.Options(timing="off", timeout=TIMEOUT), {later.task_id: REFERENCE})
+    assert own.verdict == Verdict.PASS, own.message
