@@ -1,0 +1,301 @@
+"""Deliberately broken lab 4 submissions, written as edits to the reference solutions.
+
+tests/test_broken_variants.py applies each edit, grades the result and expects the verdict given
+here, as for labs 1 to 3. Tasks 01 and 02 (the planner and the CPU executor) are graded on the CPU:
+their variants are graded on every machine, CI included; the kernels' (03-05) need a GPU.
+"""
+
+from __future__ import annotations
+
+from grader.tests.variants import Variant
+
+VARIANTS: dict[str, Variant] = {
+    # --- task 01 (the memory planner)
+    "01_planner.frees_one_step_early": Variant(
+        "kiln/planner.py",
+        [
+            (
+                "            life[own].last = max(life[own].last, step)\n",
+                "            life[own].last = max(life[own].last, step - 1)  # off by one: dead before its last read\n",
+            )
+        ],
+        {"wrong"},
+        "test_no_live_tensor_is_overwritten",
+        "a tensor's lifetime ends one step before its last read: the reader's output may take its bytes"
+        " while they are still being read",
+    ),
+    "01_planner.view_reads_do_not_keep_owner": Variant(
+        "kiln/planner.py",
+        [
+            (
+                "            own = owner_of(x)\n",
+                "            if x not in life:\n                continue  # a view owns nothing, so skip it\n"
+                "            own = x\n",
+            )
+        ],
+        {"wrong"},
+        "test_a_view_keeps_its_owner_alive",
+        "reads through a view are not counted: the owner dies at the view's own step and its bytes are"
+        " reused while the view is still read",
+    ),
+    "01_planner.outputs_not_kept": Variant(
+        "kiln/planner.py",
+        [("    for out in graph.outputs:\n        life[owner_of(out)].last = end\n", "")],
+        {"wrong"},
+        "test_outputs_live_to_the_end",
+        "outputs die at their last read (or their own step): a later tensor overwrites an output before"
+        " the caller gets it",
+    ),
+    "01_planner.sources_not_whole_run": Variant(
+        "kiln/planner.py",
+        [
+            (
+                "    for node in life:\n        if node.op in SOURCES:\n",
+                "    for node in life:\n        if node.op in ():  # sources treated like any tensor\n",
+            )
+        ],
+        {"wrong"},
+        "test_sources_live_for_the_whole_run",
+        "inputs, constants and buffers live only from their step to their last read: weights and the"
+        " KV cache get overwritten within the run",
+    ),
+    "01_planner.ignores_alignment": Variant(
+        "kiln/planner.py",
+        [
+            (
+                "(placed[m], placed[m] + sizes[m]) for m in placed",
+                "(placed[m], placed[m] + m.type.nbytes) for m in placed",
+            ),
+            ("            if offset + sizes[node] <= start:\n", "            if offset + node.type.nbytes <= start:\n"),
+        ],
+        {"wrong"},
+        "test_offsets_are_aligned",
+        "packs tensors by their exact byte counts: offsets such as 60 bytes are not multiples of 256",
+    ),
+    "01_planner.never_reuses": Variant(
+        "kiln/planner.py",
+        [
+            (
+                "for m in placed if life[m].overlaps(life[node]))",
+                "for m in placed)  # every placed tensor counts as busy",
+            )
+        ],
+        {"wrong"},
+        "test_a_chain_reuses_two_slots",
+        "a naive plan that gives every tensor its own slot: correct and aligned, but the chain of 50"
+        " needs 51 slots and the arenas are far above the lower bound",
+    ),
+    # --- task 02 (the CPU executor)
+    "02_cpu_executor.broadcast_left_aligned": Variant(
+        "kiln/cpu.py",
+        [
+            (
+                "    return t.reshape(pad + tuple(t.shape)).expand(*shape)\n",
+                "    return t.reshape(tuple(t.shape) + pad).expand(*shape)\n",
+            )
+        ],
+        {"wrong"},
+        "test_add_mul_broadcast",
+        "pads the lower-rank operand with 1s on the right (left-aligned): (3, 5) + (5,) fails and"
+        " (2, 3, 4, 5) + (3, 1, 5) stretches the wrong axes",
+    ),
+    "02_cpu_executor.broadcast_wrong_axis": Variant(
+        "kiln/cpu.py",
+        [
+            (
+                "    return t.reshape(pad + tuple(t.shape)).expand(*shape)\n",
+                "    return t.reshape(pad + tuple(reversed(t.shape))).expand(*shape)\n",
+            )
+        ],
+        {"wrong"},
+        "test_add_mul_broadcast",
+        "reads the operand's sizes from the wrong end: a (3, 1) column is stretched as a (1, 3) row"
+        " (rank-1 operands still pass)",
+    ),
+    "02_cpu_executor.offset_ignored": Variant(
+        "kiln/cpu.py",
+        [("    starts = [int(o) for o in offsets.tolist()]\n", "    starts = [0 for _ in offsets.tolist()]\n")],
+        {"wrong"},
+        "test_runtime_offsets_first_and_last",
+        "slice_update ignores its run-time offsets and always writes at the origin",
+    ),
+    "02_cpu_executor.buffer_reset_every_run": Variant(
+        "kiln/cpu.py",
+        [
+            (
+                '        given = check_inputs(self.graph, inputs, "cpu")\n',
+                '        given = check_inputs(self.graph, inputs, "cpu")\n'
+                "        for buf in self.buffers.values():\n"
+                "            buf.zero_()\n",
+            )
+        ],
+        {"wrong"},
+        "test_buffer_persists_across_runs",
+        "zeroes the buffers at the start of every run: a KV cache forgets every earlier step",
+    ),
+    "02_cpu_executor.output_aliases_buffer": Variant(
+        "kiln/cpu.py",
+        [
+            (
+                "        return [values[o].clone() if aliases_state(o) else values[o] for o in self.graph.outputs]\n",
+                "        return [values[o] for o in self.graph.outputs]\n",
+            )
+        ],
+        {"wrong"},
+        "test_outputs_independent_of_later_runs",
+        "returns the buffer itself: the next run's slice_update changes an output the caller already holds",
+    ),
+    # --- task 03 (pointwise kernels)
+    "03_pointwise.strides_reversed": Variant(
+        "kiln/kernels/pointwise.cu",
+        [("            at_a += id * m.a_stride[d];\n", "            at_a += id * m.a_stride[3 - d];\n")],
+        {"wrong", "crash"},
+        "kiln_binary",
+        "reads a's strides in reverse order (a's stride of dim 3 - d along dim d): broadcasting along the wrong"
+        " axis; caught first by the graph replay check ((5, 1, 33) * (7, 1)), then by every case where a is"
+        " not a scalar",
+    ),
+    "03_pointwise.no_grid_stride_loop": Variant(
+        "kiln/kernels/pointwise.cu",
+        [
+            (
+                "    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;"
+                " i < n; i += stride) {\n"
+                "        const float v = x[i];\n",
+                "    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;\n"
+                "    (void)stride;\n"
+                "    if (i < n) {\n"
+                "        const float v = x[i];\n",
+            )
+        ],
+        {"wrong"},
+        "kiln_unary",
+        "one element per thread in a grid capped at 4096 blocks of 256: everything past 2^20 elements is never"
+        " written (n = 2^20 + 7 loses its last 7)",
+    ),
+    "03_pointwise.default_stream": Variant(
+        "kiln/kernels/pointwise.cu",
+        [
+            (
+                "    unary_kernel<<<blocks_for(n), THREADS, 0, stream>>>(op, out, x, n);\n",
+                "    unary_kernel<<<blocks_for(n), THREADS>>>(op, out, x, n);\n",
+            )
+        ],
+        {"wrong"},
+        "CUDA graph",
+        "kiln_unary ignores its stream and launches on the legacy default stream: right in every eager call,"
+        " but the launch breaks the capture of torch's stream into a CUDA graph",
+    ),
+    "03_pointwise.int32_index": Variant(
+        "kiln/kernels/pointwise.cu",
+        [
+            (
+                "    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;"
+                " i < n; i += stride) {\n"
+                "        const float v = x[i];\n",
+                "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {\n"
+                "        const float v = x[i];\n",
+            )
+        ],
+        {"crash", "wrong", "timeout"},
+        "kiln_unary",
+        "a 32-bit loop index in kiln_unary: past 2^31 elements it overflows (make grade's huge case)",
+        huge=True,
+    ),
+    # --- task 04 (matmul)
+    "04_matmul.k_tail_ignored": Variant(
+        "kiln/kernels/matmul.cu",
+        [
+            (
+                "                for (int64_t k0 = 0; k0 < k; k0 += BK) {\n",
+                "                for (int64_t k0 = 0; k0 + BK <= k; k0 += BK) {\n",
+            )
+        ],
+        {"wrong"},
+        "kiln_matmul",
+        "only whole steps of 16 along k: the last k % 16 products of every dot product are lost (k = 33 in the"
+        " graph check, then 1x1x1x1: c all 0)",
+    ),
+    "04_matmul.batch_stride_ignored": Variant(
+        "kiln/kernels/matmul.cu",
+        [("        const float* A = a + z * a_batch_stride;  // (m, k)\n", "        const float* A = a;  // (m, k)\n")],
+        {"wrong"},
+        "kiln_matmul",
+        "every matrix of the batch reads a[0]: right for batch 1 and for a broadcast a, wrong for a batched a",
+    ),
+    # --- task 05 (strided copy and slice update)
+    "05_layout.offsets_ignored": Variant(
+        "kiln/kernels/layout.cu",
+        [
+            (
+                "    for (int d = 0; d < 4; ++d) o[d] = offsets[d];",
+                "    for (int d = 0; d < 4; ++d) o[d] = 0;",
+            )
+        ],
+        {"wrong"},
+        "offsets",
+        "slice_update ignores its run-time offsets and writes at 0: the KV-cache check's first position (3) is"
+        " never written",
+    ),
+    "05_layout.update_not_clipped": Variant(
+        "kiln/kernels/layout.cu",
+        [("        if (inside) target[at] = value[i];\n", "        (void)inside;\n        target[at] = value[i];\n")],
+        {"wrong", "crash"},
+        "kiln_slice_update",
+        "writes every element of value, even those whose position lies outside target: one row past the end"
+        " wraps into the next head (graph check, position 8), past the end it writes out of bounds",
+    ),
+    "05_layout.copy_synchronizes": Variant(
+        "kiln/kernels/layout.cu",
+        [
+            (
+                "    strided_copy_kernel<<<blocks_for(n), THREADS, 0, stream>>>(out, in, m);\n",
+                "    strided_copy_kernel<<<blocks_for(n), THREADS, 0, stream>>>(out, in, m);\n"
+                "    CUDA_CHECK(cudaDeviceSynchronize());\n",
+            )
+        ],
+        {"wrong"},
+        "CUDA graph",
+        "kiln_strided_copy waits for the device after its launch: harmless in eager calls, but a"
+        " synchronization is not allowed while torch's stream is being captured into a CUDA graph",
+    ),
+}
+
+# one grading run per batch; a batch holds each task at most once
+BATCHES = [
+    [
+        "01_planner.frees_one_step_early",
+        "02_cpu_executor.broadcast_left_aligned",
+        "03_pointwise.strides_reversed",
+        "04_matmul.k_tail_ignored",
+        "05_layout.offsets_ignored",
+    ],
+    [
+        "01_planner.view_reads_do_not_keep_owner",
+        "02_cpu_executor.broadcast_wrong_axis",
+        "03_pointwise.no_grid_stride_loop",
+        "04_matmul.batch_stride_ignored",
+        "05_layout.update_not_clipped",
+    ],
+    [
+        "01_planner.outputs_not_kept",
+        "02_cpu_executor.offset_ignored",
+        "03_pointwise.default_stream",
+        "05_layout.copy_synchronizes",
+    ],
+    [
+        "01_planner.sources_not_whole_run",
+        "02_cpu_executor.buffer_reset_every_run",
+    ],
+    [
+        "01_planner.ignores_alignment",
+        "02_cpu_executor.output_aliases_buffer",
+    ],
+    [
+        "01_planner.never_reuses",
+    ],
+]
+SANITIZED: list[str] = []
+AT_BUILD: list[str] = []
+HUGE: list[str] = ["03_pointwise.int32_index"]  # caught only past 2^31 elements (make grade)
+TIMED: list[str] = []
