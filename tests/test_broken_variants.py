@@ -48,8 +48,10 @@ def materialize(lab: str, name: str) -> Path:
 
 
 def _sources(lab: str, task: Task, name: str) -> dict[str, Path]:
-    """The files a variant is graded with: its broken one, and the task's other files as solved."""
-    files = {rel: paths.solution_source(task.lab_dir(), rel) for rel in task.sources}
+    """The files a variant is graded with: its broken one, and the task's other files, and those
+    of earlier tasks it runs (`builds_on`), as solved."""
+    rels = [*task.sources, *getattr(task, "builds_on", ())]
+    files = {rel: paths.solution_source(task.lab_dir(), rel) for rel in rels}
     files[BROKEN[lab].VARIANTS[name].solution] = materialize(lab, name)
     return files
 

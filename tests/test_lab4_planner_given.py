@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -29,7 +31,12 @@ def _load(name: str, path: Path) -> ModuleType:
 
 
 # distinct names: the student's kiln.planner (a skeleton) may be imported elsewhere in the session
-planner = _load("lab4_planner_solution", ROOT / "lab4/solutions/kiln/planner.py")
+SOLUTION = ROOT / "lab4/solutions/kiln/planner.py"
+if not SOLUTION.exists():
+    pytest.skip(
+        "the given code is checked on the reference solution, absent from a student release", allow_module_level=True
+    )
+planner = _load("lab4_planner_solution", SOLUTION)
 spec01 = _load("lab4_planner_spec", ROOT / "lab4/tests/test_01_planner.py")
 
 

@@ -138,7 +138,7 @@ def _grade(
         if missing:
             early[t.task_id] = _result(t, main_src, Verdict.COMPILE_ERROR, f"{paths.rel(missing[0])} does not exist")
             continue
-        for src in sources[t.task_id].values():
+        for src in (sources[t.task_id][rel] for rel in t.sources):  # not the earlier tasks' (builds_on)
             outcome = check_source(t, src.read_text(), paths.rel(src))
             notes.setdefault(t.task_id, []).extend(outcome.notes)
             if outcome.verdict is not None and not (opts.force_run and outcome.verdict == Verdict.NOT_STARTED):

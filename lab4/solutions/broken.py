@@ -259,6 +259,130 @@ VARIANTS: dict[str, Variant] = {
         "kiln_strided_copy waits for the device after its launch: harmless in eager calls, but a"
         " synchronization is not allowed while torch's stream is being captured into a CUDA graph",
     ),
+    # --- task 06 (the CUDA executor)
+    "06_cuda_executor.broadcast_left_aligned": Variant(
+        "kiln/cuda.py",
+        [
+            (
+                "        full = pad4(shape)  # leading 1s: a lower-rank operand lines up with out's LAST axes\n",
+                "        full = list(shape) + [1] * (RANK - len(shape))  # trailing 1s: aligned on the left\n",
+            )
+        ],
+        {"wrong"},
+        "test_broadcast_meta",
+        "broadcast_meta pads a lower-rank operand with 1s on the right (left-aligned): (3, 5) + (5,) reads"
+        " b along the wrong axis, and the strides of every rank < 4 operand are off",
+    ),
+    "06_cuda_executor.offsets_frozen_at_build": Variant(
+        "kiln/cuda.py",
+        [
+            (
+                "    tail = pad[RANK - rank :]\n",
+                "    tail = pad[RANK - rank :]\n    tail.copy_(offsets)  # once, when the executor is built\n",
+            ),
+            (
+                "        with torch.cuda.stream(ex.stream):\n"
+                "            tail.copy_(offsets)  # device to device, queued on ex.stream: a CUDA graph captures it\n",
+                "",
+            ),
+        ],
+        {"wrong"},
+        "test_runtime_offsets_first_and_last",
+        "slice_update copies its offsets once, at lowering time (the zeros of a fresh arena): every run"
+        " writes at the origin, whatever offsets it is given",
+    ),
+    "06_cuda_executor.offsets_ignored": Variant(
+        "kiln/cuda.py",
+        [
+            (
+                "            tail.copy_(offsets)  # device to device, queued on ex.stream: a CUDA graph captures it\n",
+                "            pass  # the offsets never reach the kernel's device array\n",
+            )
+        ],
+        {"wrong"},
+        "test_runtime_offsets_first_and_last",
+        "slice_update never copies the run's offsets into the padded device array: the kernel reads zeros",
+    ),
+    "06_cuda_executor.outputs_are_arena_views": Variant(
+        "kiln/cuda.py",
+        [
+            (
+                "                outs = [self.tensors[o].clone() for o in self.graph.outputs]\n",
+                "                outs = [self.tensors[o] for o in self.graph.outputs]  # views of the arena\n",
+            )
+        ],
+        {"wrong"},
+        "test_outputs_independent_of_later_runs",
+        "run returns views of the arena (and of the buffers) instead of copies: the next run changes the"
+        " tensors a caller was given",
+    ),
+    "06_cuda_executor.matmul_one_stride_always": Variant(
+        "kiln/cuda.py",
+        [("    fa, fb = flat(sa), flat(sb)\n", "    fa, fb = sa[1], sb[1]  # the inner stride, whatever the outer\n")],
+        {"wrong"},
+        "test_matmul",
+        "a batched matmul always takes one call with the inner batch strides: (2, 1, M, K) @ (3, K, N)"
+        " reads a's first matrix for both outer batches",
+    ),
+    "06_cuda_executor.permute_inverse": Variant(
+        "kiln/cuda.py",
+        [
+            (
+                '    meta = host_meta(strided_meta(node.type.shape, [src[d] for d in node.attrs["dims"]], 0))\n',
+                '    dims = node.attrs["dims"]\n'
+                "    inverse = [src[dims.index(d)] for d in range(len(src))]\n"
+                "    meta = host_meta(strided_meta(node.type.shape, inverse, 0))\n",
+            )
+        ],
+        {"wrong", "crash"},
+        "test_reshape_permute_slice",
+        "permute uses the inverse permutation's strides: right for swaps, wrong (and out of bounds) for a"
+        " 3-cycle such as (2, 0, 1)",
+    ),
+    "06_cuda_executor.slice_from_the_start": Variant(
+        "kiln/cuda.py",
+        [
+            (
+                "    meta = host_meta(strided_meta(node.type.shape, src, offset))\n",
+                "    meta = host_meta(strided_meta(node.type.shape, src, 0))\n",
+            )
+        ],
+        {"wrong"},
+        "test_reshape_permute_slice",
+        "slice copies from the input's first element instead of the slice's: every slice that does not start"
+        " at 0 is shifted",
+    ),
+    "06_cuda_executor.launch_errors_ignored": Variant(
+        "kiln/cuda.py",
+        [
+            (
+                "            if rc != 0:\n"
+                '                raise KilnRunError(f"%{node.name} ({node.op}): {error_string(rc)}")\n'
+                "            if self.debug:\n",
+                "            if self.debug:\n",
+            )
+        ],
+        {"wrong"},
+        "test_failing_launch_names_its_node",
+        "launch_all never looks at a launch's cudaError_t: a launch that fails leaves its output unwritten"
+        " and the run returns garbage without a word",
+    ),
+    # --- task 07 (one CUDA graph per run)
+    "07_cuda_graph.captured_on_another_stream": Variant(
+        "kiln/capture.py",
+        [("        with torch.cuda.graph(graph, stream=ex.stream):\n", "        with torch.cuda.graph(graph):\n")],
+        {"wrong"},
+        "test_new_inputs_every_run",
+        "captures on torch's own side stream while the launches go to ex.stream: they run once, uncaptured,"
+        " and every replay of the empty graph returns the capture-time results",
+    ),
+    "07_cuda_graph.last_launch_not_captured": Variant(
+        "kiln/capture.py",
+        [("            for node, launch in ex.launches:\n", "            for node, launch in ex.launches[:-1]:\n")],
+        {"wrong"},
+        "test_graph_equals_eager_every_op",
+        "the capture stops one launch short: the last node's output keeps what the warm-up pass wrote",
+    ),
 }
 
 # one grading run per batch; a batch holds each task at most once
@@ -269,6 +393,8 @@ BATCHES = [
         "03_pointwise.strides_reversed",
         "04_matmul.k_tail_ignored",
         "05_layout.offsets_ignored",
+        "06_cuda_executor.broadcast_left_aligned",
+        "07_cuda_graph.captured_on_another_stream",
     ],
     [
         "01_planner.view_reads_do_not_keep_owner",
@@ -276,23 +402,35 @@ BATCHES = [
         "03_pointwise.no_grid_stride_loop",
         "04_matmul.batch_stride_ignored",
         "05_layout.update_not_clipped",
+        "06_cuda_executor.offsets_frozen_at_build",
+        "07_cuda_graph.last_launch_not_captured",
     ],
     [
         "01_planner.outputs_not_kept",
         "02_cpu_executor.offset_ignored",
         "03_pointwise.default_stream",
         "05_layout.copy_synchronizes",
+        "06_cuda_executor.offsets_ignored",
     ],
     [
         "01_planner.sources_not_whole_run",
         "02_cpu_executor.buffer_reset_every_run",
+        "06_cuda_executor.outputs_are_arena_views",
     ],
     [
         "01_planner.ignores_alignment",
         "02_cpu_executor.output_aliases_buffer",
+        "06_cuda_executor.matmul_one_stride_always",
     ],
     [
         "01_planner.never_reuses",
+        "06_cuda_executor.permute_inverse",
+    ],
+    [
+        "06_cuda_executor.slice_from_the_start",
+    ],
+    [
+        "06_cuda_executor.launch_errors_ignored",
     ],
 ]
 SANITIZED: list[str] = []

@@ -154,7 +154,8 @@ def contiguous_strides(shape: Sequence[int]) -> list[int]:
 def broadcast_meta(out_shape: Sequence[int], a_shape: Sequence[int], b_shape: Sequence[int]) -> list[int]:
     """kiln_binary's 12 int64: out's shape padded to 4 | a's strides | b's strides (in elements),
     each operand's stride 0 along an axis it broadcasts. Shapes align on the RIGHT (numpy):
-    (2, 3, 4) + (3, 1) -> [1, 2, 3, 4,  0, 12, 4, 1,  0, 0, 1, 0]."""
+    (2, 3, 4) + (3, 1) -> [1, 2, 3, 4,  24, 12, 4, 1,  3, 0, 1, 0]. Along an axis where out has
+    size 1 the index is always 0, so any stride works there (these are the contiguous ones)."""
     # TODO(lab4/06) begin: strides, 0 where an operand broadcasts; see the chapter's section "Lowering"
     out = pad4(out_shape)
     meta = list(out)
@@ -409,7 +410,7 @@ class CudaExecutor:
                 self.launches.append((n, launch))
         self.stream.synchronize()
         self.cuda_graph: torch.cuda.CUDAGraph | None = None
-        if use_graph:
+        if use_graph and self.launches:  # (a graph of views only launches nothing: no graph to capture)
             from kiln.capture import capture
 
             self.cuda_graph = capture(self)  # task 07

@@ -1,0 +1,160 @@
+"""Per-run time of a 200-node model on kiln's CUDA executor: one CUDA graph per run against eager.
+
+    python lab4/bench_graph.py               # your kiln (tasks 01 and 03-07 done)
+    python lab4/bench_graph.py --solutions   # the reference solutions
+
+The models: the MLP of the chapter's section 1 (7 launches), chains of 100 and 1000 small adds,
+and a chain of 200 pointwise nodes (mul, add, silu, relu + a skip) on small (4, 64) float32
+tensors. Every kernel finishes in a few microseconds, so a run's time is almost all launch
+overhead, which is what the CUDA graph removes. Each executor is run WARMUP times, then RUNS
+times, each run timed alone (torch.cuda.synchronize before and after) and the median kept. It
+prints the chapter's table (section 7, "What it saves, measured") and, last, the line the
+chapter quotes for the 200-node chain. Timing is not graded (tasks 06-07 check results only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+LAB = Path(__file__).resolve().parent
+NODES = 200
+SHAPE = (4, 64)
+WARMUP = 20
+RUNS = 300
+
+
+def use_kiln(solutions: bool) -> None:
+    """Puts kiln (the lab's, or with `solutions` the reference files over it) and the grader on sys.path."""
+    sys.path.insert(0, str(LAB.parent))  # the grader builds the kernels
+    if not solutions:
+        sys.path.insert(0, str(LAB))
+        return
+    staged = Path(tempfile.mkdtemp(prefix="kiln-bench-"))
+    shutil.copytree(LAB / "kiln", staged / "kiln", ignore=shutil.ignore_patterns("__pycache__"))
+    for src in (LAB / "solutions" / "kiln").rglob("*"):
+        if src.is_file() and "__pycache__" not in src.parts:
+            dest = staged / "kiln" / src.relative_to(LAB / "solutions" / "kiln")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dest)
+    sys.path.insert(0, str(staged))
+
+
+def mlp_graph():
+    """The MLP of the chapter's section 1: x (4, 16), two linear layers, a residual; 7 launches."""
+    import torch
+
+    import kiln
+
+    g = torch.Generator().manual_seed(0)
+    b = kiln.Builder("mlp")
+    x = b.input("x", (4, 16), "float32")
+    w1 = b.constant("fc1.weight", torch.randn(32, 16, generator=g))
+    b1 = b.constant("fc1.bias", torch.zeros(32))
+    w2 = b.constant("fc2.weight", torch.randn(16, 32, generator=g))
+    h = (x @ w1.permute(1, 0) + b1).relu()  # (4, 32)
+    b.output(x + h @ w2.permute(1, 0))  # (4, 16)
+    return b.graph
+
+
+def adds_graph(nodes: int):
+    """`nodes` small adds in a chain: t = t + x."""
+    import kiln
+
+    b = kiln.Builder("adds")
+    x = b.input("x", SHAPE, "float32")
+    t = x
+    for _ in range(nodes):
+        t = t + x
+    b.output(t)
+    return b.graph
+
+
+def chain_graph(nodes: int):
+    """`nodes` pointwise nodes; every 4 steps: * scale, + shift, silu, relu + x (a skip: 2 nodes)."""
+    import torch
+
+    import kiln
+
+    g = torch.Generator().manual_seed(0)
+    b = kiln.Builder("chain")
+    x = b.input("x", SHAPE, "float32")
+    sc = b.constant("scale", torch.randn(SHAPE[1], generator=g) * 0.1 + 1.0)  # (C,)
+    sh = b.constant("shift", torch.randn(SHAPE[0], 1, generator=g) * 0.1)  # (B, 1)
+    t = x
+    for i in range(nodes * 4 // 5):
+        kind = i % 4
+        t = t * sc if kind == 0 else t + sh if kind == 1 else t.silu() if kind == 2 else t.relu() + x
+    b.output(t)
+    return b.graph
+
+
+def median_us(fn: Callable[[], object]) -> float:
+    import torch
+
+    for _ in range(WARMUP):
+        fn()
+    times = []
+    for _ in range(RUNS):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e6
+
+
+def measure(graph) -> tuple[int, float, float]:
+    """(launches per run, eager us per run, graph us per run); the two must agree bit for bit."""
+    import torch
+
+    from kiln.cuda import CudaExecutor
+
+    inputs = {n.attrs["name"]: torch.randn(n.type.shape, device="cuda") for n in graph.inputs}
+    eager = CudaExecutor(graph, use_graph=False)
+    captured = CudaExecutor(graph, use_graph=True)
+    for a, b in zip(eager.run(inputs), captured.run(inputs), strict=True):
+        if not torch.equal(a, b):
+            sys.exit(f"{graph.name}: the graph and eager runs differ: fix tasks 06-07 before timing them")
+    return len(eager.launches), median_us(lambda: eager.run(inputs)), median_us(lambda: captured.run(inputs))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--solutions", action="store_true", help="time the reference solutions")
+    args = parser.parse_args()
+    use_kiln(args.solutions)
+    import torch
+
+    if not torch.cuda.is_available():
+        sys.exit("bench_graph.py needs a GPU")
+    name = torch.cuda.get_device_name()
+    models = [
+        ("the MLP of section 1", mlp_graph()),
+        ("a chain of 100 small `add`s", adds_graph(100)),
+        (f"a chain of {NODES} small pointwise nodes", chain_graph(NODES)),
+        ("a chain of 1000 small `add`s", adds_graph(1000)),
+    ]
+    print(f"{name}: per run, inputs in and outputs out included, median of {RUNS} runs")
+    print("| graph | launches per run | launches, time per run | one graph, time per run | speed-up |")
+    print("| --- | --- | --- | --- | --- |")
+    quote = ""
+    for label, graph in models:
+        launches, t_eager, t_graph = measure(graph)
+        print(f"| {label} | {launches} | {t_eager:.1f} µs | {t_graph:.1f} µs | {t_eager / t_graph:.1f}x |")
+        if label.startswith(f"a chain of {NODES} "):
+            quote = (
+                f"per-run time, {launches} nodes, graph vs eager: {t_graph:.1f} us vs {t_eager:.1f} us"
+                f" ({t_eager / t_graph:.1f}x faster) on {name}"
+            )
+    print(quote)
+
+
+if __name__ == "__main__":
+    main()

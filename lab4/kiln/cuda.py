@@ -1,0 +1,373 @@
+"""Lab 4 task 06 · the CUDA executor: every node lowered to one launch of your kernels, in one arena.
+
+Implement: `broadcast_meta`, `matmul_batches`, `strided_meta`, the lowerings of the core operators
+           (registered in CUDA_LOWERINGS with `@register_cuda`), `launch_all` and
+           `CudaExecutor.run`, in the TODO regions. The chapter's sections "Task 06: the CUDA
+           executor" and "Lowering a node to a launch" explain them.
+Contract:  `CudaExecutor(graph, use_graph=False)` (given code) checks the graph, plans its memory
+           with kiln/planner.py (task 01), allocates ONE arena on the GPU and gives every node a
+           typed view of it (`ex.tensors[node]`, a view's is its owner's memory), copies the
+           constants in, zeroes the buffers and makes one stream (`ex.stream`). It then lowers
+           every node: a lowering `fn(ex, node)` returns a `Launch`, a callable without arguments
+           that queues the node's kernel on `ex.stream` through `ex.lib` (the kernels of tasks
+           03-05, loaded by `load_kernels`) and returns its cudaError_t as an int; or None for a
+           node that needs no launch (reshape: a view). All arguments (pointers into the arena,
+           host meta arrays) are fixed at lowering time; a launch computes nothing on the host.
+           Data is float32; the one int64 tensor a launch may read is slice_update's offsets,
+           which it copies (on the device, on `ex.stream`) into a 4-element device array
+           the kernel reads when it runs.
+           `launch_all()` calls every launch in order and raises KilnRunError("%name (op): <CUDA
+           error string>") on the first that fails; with `debug=True` it also synchronizes after
+           every launch and names the node whose kernel failed.
+           `run({"x": cuda_tensor, ...})` checks its inputs (kiln.runtime.check_inputs) before
+           anything is queued, copies them into their arena slots on `ex.stream` (after the
+           caller's current stream), launches every node (or replays `ex.cuda_graph`, task 07),
+           returns the outputs as new tensors (clones: the arena is reused by the next run) and
+           synchronizes `ex.stream`; a CUDA error found there is raised as KilnRunError.
+           `kiln.compile(graph, device="cuda" | "cpu", **kw)` picks the executor (given).
+Test:      make test-lab4 TASK=06
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kiln.ir import SOURCES, DType, Graph, Node
+from kiln.planner import plan_memory
+from kiln.runtime import KilnRunError, check_inputs, torch_dtype
+from kiln.shapes import check_graph
+
+KERNELS = Path(__file__).parent / "kernels"
+RANK = 4  # every kernel sees shapes padded to 4 dims with leading 1s (kiln_kernels.h)
+
+# a Launch queues one node's kernel(s) on the executor's stream and returns a cudaError_t (0: success)
+Launch = Callable[[], int]
+Lowering = Callable[["CudaExecutor", Node], Launch | None]
+CUDA_LOWERINGS: dict[str, Lowering] = {}
+
+_P = ctypes.c_void_p
+_I64 = ctypes.c_int64
+_META = ctypes.POINTER(ctypes.c_int64)
+# the five entry points of kiln/kernels/kiln_kernels.h: (argtypes), every one returns cudaError_t (int)
+SIGNATURES: dict[str, list[Any]] = {
+    "kiln_unary": [ctypes.c_int, _P, _P, _I64, _P],
+    "kiln_binary": [ctypes.c_int, _P, _P, _P, _META, _P],
+    "kiln_matmul": [_P, _P, _P, _I64, _I64, _I64, _I64, _I64, _I64, _P],
+    "kiln_strided_copy": [_P, _P, _META, _P],
+    "kiln_slice_update": [_P, _P, _P, _META, _P],
+}
+
+
+# --- given: loading the kernels, error strings, the lowering registry ----------------------------
+
+
+@functools.cache
+def load_kernels() -> ctypes.CDLL:
+    """Every kiln/kernels/*.cu built into one shared library (the grader's cached nvcc build)."""
+    from grader.build.nvcc import BuildUnit, build_all
+    from grader.toolchain import ToolchainError
+
+    sources = tuple(sorted(KERNELS.glob("*.cu")))
+    if not sources:
+        raise KilnRunError(f"no CUDA sources in {KERNELS}")
+    unit = BuildUnit(
+        name="kiln kernels",
+        sources=sources,
+        group="lab4",
+        stem="kiln_kernels",
+        # the kernels include "kiln/kernels/kiln_kernels.h": the folder above the package
+        include_dirs=(Path(__file__).parent.parent,),
+    )
+    try:
+        result = build_all([unit])[unit]
+    except ToolchainError as e:
+        raise KilnRunError(f"cannot build kiln's kernels: {e}") from None
+    if not result.ok or result.lib is None:
+        raise KilnRunError(f"building kiln's kernels ({', '.join(s.name for s in sources)}) failed: {result.error}")
+    lib = ctypes.CDLL(str(result.lib))
+    for name, argtypes in SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes = argtypes
+        fn.restype = ctypes.c_int
+    return lib
+
+
+def error_string(rc: int) -> str:
+    """`invalid argument (cudaError 1)`: the runtime's words for a cudaError_t, or just its number."""
+    try:
+        from cuda.bindings import runtime as cudart
+
+        answer = cudart.cudaGetErrorString(cudart.cudaError_t(rc))
+        text = answer[-1] if isinstance(answer, tuple) else answer
+        text = text.decode() if isinstance(text, bytes) else str(text)
+        return f"{text} (cudaError {rc})"
+    except Exception:  # no cuda-python, or a number it does not know: the number will do
+        return f"cudaError {rc}"
+
+
+def register_cuda(op: str) -> Callable[[Lowering], Lowering]:
+    """Decorator: the CUDA lowering of operator `op` (one per operator). Lab 5 adds its own."""
+
+    def add(fn: Lowering) -> Lowering:
+        if op in CUDA_LOWERINGS:
+            raise ValueError(f"operator {op!r} already has a CUDA lowering")
+        CUDA_LOWERINGS[op] = fn
+        return fn
+
+    return add
+
+
+def ptr(t: torch.Tensor) -> ctypes.c_void_p:
+    """A tensor's device address, as a kernel argument."""
+    return ctypes.c_void_p(t.data_ptr())
+
+
+def host_meta(values: Sequence[int]) -> ctypes.Array:
+    """A HOST int64 array for a kernel's meta: keep it referenced (the launch closure does) for as
+    long as the launch may be called."""
+    return (ctypes.c_int64 * len(values))(*values)
+
+
+def pad4(shape: Sequence[int]) -> list[int]:
+    """A shape padded to RANK dims with leading 1s: (3, 5) -> [1, 1, 3, 5]."""
+    return [1] * (RANK - len(shape)) + list(shape)
+
+
+def contiguous_strides(shape: Sequence[int]) -> list[int]:
+    """Row-major strides in elements: (2, 3, 4) -> [12, 4, 1]."""
+    strides, step = [0] * len(shape), 1
+    for d in range(len(shape) - 1, -1, -1):
+        strides[d] = step
+        step *= shape[d]
+    return strides
+
+
+# --- the meta arrays: pure functions of shapes, checked on the CPU too -----------------------------
+
+
+def broadcast_meta(out_shape: Sequence[int], a_shape: Sequence[int], b_shape: Sequence[int]) -> list[int]:
+    """kiln_binary's 12 int64: out's shape padded to 4 | a's strides | b's strides (in elements),
+    each operand's stride 0 along an axis it broadcasts. Shapes align on the RIGHT (numpy):
+    (2, 3, 4) + (3, 1) -> [1, 2, 3, 4,  24, 12, 4, 1,  3, 0, 1, 0]. Along an axis where out has
+    size 1 the index is always 0, so any stride works there (these are the contiguous ones)."""
+    # TODO(lab4/06) begin: strides, 0 where an operand broadcasts; see the chapter's section "Lowering"
+    raise NotImplementedError("lab4/06: broadcast_meta")  # ~
+    # TODO(lab4/06) end
+
+
+# one kiln_matmul call: element offsets of a, b and c, then batch, a's and b's batch strides
+MatmulCall = tuple[int, int, int, int, int, int]
+
+
+def matmul_batches(
+    out_batch: Sequence[int], a_batch: Sequence[int], b_batch: Sequence[int], m: int, n: int, k: int
+) -> list[MatmulCall]:
+    """How to cover a batched matmul with kiln_matmul calls, each (a_offset, b_offset, c_offset,
+    batch, a_batch_stride, b_batch_stride) in elements. `out_batch` is the broadcast of the
+    operands' batch dims (rank 0 to 2; an operand's may be shorter, aligned on the right).
+    One call when a single batch stride per operand walks the whole batch (equal batches, or an
+    operand broadcast over all of it: stride 0); otherwise one call per index of the outer batch
+    dim, each with its own pointer offsets."""
+    # TODO(lab4/06) begin: one call, or one per outer batch index; see the chapter's section "Lowering"
+    raise NotImplementedError("lab4/06: matmul_batches")  # ~
+    # TODO(lab4/06) end
+
+
+def strided_meta(out_shape: Sequence[int], in_strides: Sequence[int], offset: int) -> list[int]:
+    """kiln_strided_copy's 9 int64: out's shape padded to 4 | the input strides that go with each
+    out axis, padded with 0 | the element offset of out's first element in the input."""
+    # TODO(lab4/06) begin: pad shape (1s) and strides (0s) on the left; see the chapter's section "Lowering"
+    raise NotImplementedError("lab4/06: strided_meta")  # ~
+    # TODO(lab4/06) end
+
+
+# --- the lowerings: node -> launch ------------------------------------------------------------------
+# A lowering runs once, when the executor is built: it reads shapes and attributes, computes the
+# meta and the pointers, and returns a closure that only calls the kernel. The closure is what runs
+# every time (and what task 07 captures), so nothing in it may depend on a host-side value that
+# changes from run to run.
+
+
+def _out_and_args(ex: CudaExecutor, node: Node) -> tuple[ctypes.c_void_p, list[ctypes.c_void_p]]:
+    return ptr(ex.tensors[node]), [ptr(ex.tensors[i]) for i in node.inputs]
+
+
+def _binary(op: int) -> Lowering:
+    def lower(ex: CudaExecutor, node: Node) -> Launch:
+        # TODO(lab4/06) begin: kiln_binary; see the chapter's section "Lowering"
+        raise NotImplementedError("lab4/06: lower add and mul")  # ~
+        # TODO(lab4/06) end
+
+    return lower
+
+
+register_cuda("add")(_binary(0))
+register_cuda("mul")(_binary(1))
+
+
+def _unary(op: int) -> Lowering:
+    def lower(ex: CudaExecutor, node: Node) -> Launch:
+        # TODO(lab4/06) begin: kiln_unary; see the chapter's section "Lowering"
+        raise NotImplementedError("lab4/06: lower relu and silu")  # ~
+        # TODO(lab4/06) end
+
+    return lower
+
+
+register_cuda("relu")(_unary(0))
+register_cuda("silu")(_unary(1))
+
+
+@register_cuda("matmul")
+def lower_matmul(ex: CudaExecutor, node: Node) -> Launch:
+    # TODO(lab4/06) begin: kiln_matmul per matmul_batches call; see the chapter's section "Lowering"
+    raise NotImplementedError("lab4/06: lower matmul")  # ~
+    # TODO(lab4/06) end
+
+
+@register_cuda("reshape")
+def lower_reshape(ex: CudaExecutor, node: Node) -> Launch | None:
+    return None  # a view: ex.tensors[node] already is its input's memory with the new shape
+
+
+@register_cuda("permute")
+def lower_permute(ex: CudaExecutor, node: Node) -> Launch:
+    # TODO(lab4/06) begin: a strided copy; see the chapter's section "Lowering"
+    raise NotImplementedError("lab4/06: lower permute")  # ~
+    # TODO(lab4/06) end
+
+
+@register_cuda("slice")
+def lower_slice(ex: CudaExecutor, node: Node) -> Launch:
+    # TODO(lab4/06) begin: a strided copy; see the chapter's section "Lowering"
+    raise NotImplementedError("lab4/06: lower slice")  # ~
+    # TODO(lab4/06) end
+
+
+@register_cuda("slice_update")
+def lower_slice_update(ex: CudaExecutor, node: Node) -> Launch:
+    # TODO(lab4/06) begin: device offsets, then the kernel; see the chapter's section "Lowering"
+    raise NotImplementedError("lab4/06: lower slice_update")  # ~
+    # TODO(lab4/06) end
+
+
+# --- the executor ---------------------------------------------------------------------------------
+
+
+def _check_dtypes(graph: Graph) -> None:
+    """Lab 4's kernels are float32; int64 only as slice_update's offsets, straight from a source."""
+    users = graph.users()
+    for n in graph.nodes:
+        if n.type.dtype is DType.float32:
+            continue
+        offsets_only = n.type.dtype is DType.int64 and n.op in ("input", "constant")
+        offsets_only = offsets_only and all(
+            u.op == "slice_update" and u.inputs[2] is n and n not in u.inputs[:2] for u in users[n]
+        )
+        if not offsets_only:
+            raise KilnRunError(
+                f"%{n.name} ({n.op}) is {n.type}: lab 4's CUDA kernels are float32 (int64 only for an input"
+                f" or constant that gives slice_update its offsets); lab 5 adds f16 and bf16"
+            )
+
+
+class CudaExecutor:
+    """Runs a graph on the GPU: one arena, one stream, one launch per node (or one CUDA graph)."""
+
+    def __init__(self, graph: Graph, *, use_graph: bool = True, debug: bool = False) -> None:
+        check_graph(graph)
+        _check_dtypes(graph)
+        missing = sorted({n.op for n in graph.nodes if n.op not in SOURCES and n.op not in CUDA_LOWERINGS})
+        if missing:
+            raise KilnRunError(f"no CUDA lowering for {missing}: register one with @register_cuda")
+        if not torch.cuda.is_available():
+            raise KilnRunError("the CUDA executor needs a GPU (torch.cuda.is_available() is False): use device='cpu'")
+        self.graph = graph
+        self.debug = debug
+        self.lib = load_kernels()  # looked up at run time of __init__: a test may wrap it
+        self.plan = plan_memory(graph)
+        self.stream = torch.cuda.Stream()
+        self.stream_handle = ctypes.c_void_p(self.stream.cuda_stream)
+        self.keep: list[torch.Tensor] = []  # device memory the launches point at (slice_update's offsets)
+        # the arena comes from the current stream's pool; ex.stream must not touch it before that's done
+        self.arena = torch.empty(max(self.plan.arena_bytes, 1), dtype=torch.uint8, device="cuda")
+        self.stream.wait_stream(torch.cuda.current_stream())
+        self.tensors: dict[Node, torch.Tensor] = {}
+        for n in graph.nodes:
+            start = self.plan.offsets[n]  # a view's offset is its owner's
+            raw = self.arena[start : start + n.type.nbytes]
+            self.tensors[n] = raw.view(torch_dtype(n.type.dtype)).view(n.type.shape)
+        with torch.cuda.stream(self.stream):
+            self.arena.zero_()  # reproducible: an unwritten slot reads 0, not last run's garbage
+            for n in graph.of_op("constant"):
+                name = n.attrs["name"]
+                value = graph.constants.get(name)
+                if not isinstance(value, torch.Tensor):
+                    raise KilnRunError(f"constant {name!r} has no value in graph.constants (a parsed graph has none)")
+                if tuple(value.shape) != n.type.shape or value.dtype != torch_dtype(n.type.dtype):
+                    raise KilnRunError(f"constant {name!r}: value {value.dtype}{list(value.shape)}, node says {n.type}")
+                self.tensors[n].copy_(value.detach())
+        self.launches: list[tuple[Node, Launch]] = []
+        for n in graph.nodes:
+            if n.op in SOURCES:
+                continue
+            launch = CUDA_LOWERINGS[n.op](self, n)
+            if launch is not None:
+                self.launches.append((n, launch))
+        self.stream.synchronize()
+        self.cuda_graph: torch.cuda.CUDAGraph | None = None
+        if use_graph and self.launches:  # (a graph of views only launches nothing: no graph to capture)
+            from kiln.capture import capture
+
+            self.cuda_graph = capture(self)  # task 07
+            # the capture's warm-up pass ran every kernel once: buffers start from zeros again
+            with torch.cuda.stream(self.stream):
+                for n in graph.buffers:
+                    self.tensors[n].zero_()
+            self.stream.synchronize()
+
+    def launch_all(self) -> None:
+        """Queues every node's launch on self.stream, in order; the first failure raises."""
+        # TODO(lab4/06) begin: every launch, rc checked; see the chapter's section "Task 06"
+        raise NotImplementedError("lab4/06: launch_all")  # ~
+        # TODO(lab4/06) end
+
+    def run(self, inputs: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
+        """One forward pass: new CUDA tensors, one per graph output, in order."""
+        # TODO(lab4/06) begin: inputs in, launch or replay, outputs out; see the chapter's section "Task 06"
+        check_inputs(self.graph, inputs, "cuda")  # given: refuses bad inputs before any work  # ~
+        raise NotImplementedError("lab4/06: run")  # ~
+        # TODO(lab4/06) end
+
+
+def compile(graph: Graph, device: str = "cuda", *, use_graph: bool = True, debug: bool = False) -> Any:
+    """The executor for `device` (kiln.compile, named like torch.compile): CudaExecutor(graph,
+    use_graph=..., debug=...) for "cuda", kiln.cpu.CPUExecutor(graph) for "cpu" (which has no
+    graph to capture and checks as it goes: both flags are ignored there)."""
+    if device == "cpu":
+        from kiln.cpu import CPUExecutor
+
+        return CPUExecutor(graph)
+    if device == "cuda":
+        return CudaExecutor(graph, use_graph=use_graph, debug=debug)
+    raise KilnRunError(f"device {device!r}: kiln compiles for 'cuda' or 'cpu'")
+
+
+__all__ = [
+    "CUDA_LOWERINGS",
+    "CudaExecutor",
+    "KilnRunError",
+    "Launch",
+    "broadcast_meta",
+    "compile",
+    "load_kernels",
+    "matmul_batches",
+    "register_cuda",
+    "strided_meta",
+]
