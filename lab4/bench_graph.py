@@ -63,38 +63,6 @@ def mlp_graph():
     return b.graph
 
 
-def adds_graph(nodes: int):
-    """`nodes` small adds in a chain: t = t + x."""
-    import kiln
-
-    b = kiln.Builder("adds")
-    x = b.input("x", SHAPE, "float32")
-    t = x
-    for _ in range(nodes):
-        t = t + x
-    b.output(t)
-    return b.graph
-
-
-def chain_graph(nodes: int):
-    """`nodes` pointwise nodes; every 4 steps: * scale, + shift, silu, relu + x (a skip: 2 nodes)."""
-    import torch
-
-    import kiln
-
-    g = torch.Generator().manual_seed(0)
-    b = kiln.Builder("chain")
-    x = b.input("x", SHAPE, "float32")
-    sc = b.constant("scale", torch.randn(SHAPE[1], generator=g) * 0.1 + 1.0)  # (C,)
-    sh = b.constant("shift", torch.randn(SHAPE[0], 1, generator=g) * 0.1)  # (B, 1)
-    t = x
-    for i in range(nodes * 4 // 5):
-        kind = i % 4
-        t = t * sc if kind == 0 else t + sh if kind == 1 else t.silu() if kind == 2 else t.relu() + x
-    b.output(t)
-    return b.graph
-
-
 def median_us(fn: Callable[[], object]) -> float:
     import torch
 
@@ -134,12 +102,14 @@ def main() -> None:
 
     if not torch.cuda.is_available():
         sys.exit("bench_graph.py needs a GPU")
+    from kiln.models import adds, chain
+
     name = torch.cuda.get_device_name()
     models = [
         ("the MLP of section 1", mlp_graph()),
-        ("a chain of 100 small `add`s", adds_graph(100)),
-        (f"a chain of {NODES} small pointwise nodes", chain_graph(NODES)),
-        ("a chain of 1000 small `add`s", adds_graph(1000)),
+        ("a chain of 100 small `add`s", adds(100, SHAPE)),
+        (f"a chain of {NODES} small pointwise nodes", chain(NODES, SHAPE)),
+        ("a chain of 1000 small `add`s", adds(1000, SHAPE)),
     ]
     print(f"{name}: per run, inputs in and outputs out included, median of {RUNS} runs")
     print("| graph | launches per run | launches, time per run | one graph, time per run | speed-up |")

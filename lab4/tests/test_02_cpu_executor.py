@@ -162,25 +162,14 @@ def test_mlp_graph():
     torch.testing.assert_close(got_y, want_h @ w2.T + b2, rtol=1e-5, atol=1e-5)
 
 
-def fibonacci_graph(levels: int):
-    """t[i] = t[i-1] + t[i-2] over two inputs: every node is read twice, by the next two."""
-    import kiln
-
-    b = kiln.Builder("fib")
-    prev, cur = b.input("a", (8,), "float32"), b.input("b", (8,), "float32")
-    for _ in range(levels):
-        prev, cur = cur, prev + cur
-    b.output(cur)
-    return b.graph
-
-
 @pytest.mark.points(3)
 def test_deep_shared_dag():
     from kiln.cpu import CPUExecutor
+    from kiln.models import fibonacci
 
     levels = 100
     a, b = rand((8,), torch.float32, 1).abs(), rand((8,), torch.float32, 2).abs()
-    graph = fibonacci_graph(levels)
+    graph = fibonacci(levels)
     start = time.perf_counter()
     (got,) = CPUExecutor(graph).run({"a": a, "b": b})
     took = time.perf_counter() - start
@@ -191,18 +180,6 @@ def test_deep_shared_dag():
     assert took < 2.0, f"{levels} levels took {took:.1f} s: evaluate each node once, in order"
 
 
-def cache_graph():
-    """A (4, 6, 3) cache: write `v` (1, 2, 3) at run-time `pos`, return the whole cache."""
-    import kiln
-
-    b = kiln.Builder("cache")
-    cache = b.buffer("cache", (4, 6, 3), "float32")
-    v = b.input("v", (1, 2, 3), "float32")
-    pos = b.input("pos", (3,), "int64")
-    b.output(cache.slice_update(v, pos))
-    return b.graph
-
-
 def write(ex, v, pos):
     (out,) = ex.run({"v": v, "pos": torch.tensor(pos, dtype=torch.int64)})
     return out
@@ -211,8 +188,9 @@ def write(ex, v, pos):
 @pytest.mark.points(3)
 def test_buffer_persists_across_runs():
     from kiln.cpu import CPUExecutor
+    from kiln.models import kv_cache
 
-    ex = CPUExecutor(cache_graph())
+    ex = CPUExecutor(kv_cache())
     v1, v2 = rand((1, 2, 3), torch.float32, 1), rand((1, 2, 3), torch.float32, 2)
     want = torch.zeros(4, 6, 3)
     want[1, 2:4] = v1[0]
@@ -224,8 +202,9 @@ def test_buffer_persists_across_runs():
 @pytest.mark.points(3)
 def test_runtime_offsets_first_and_last():
     from kiln.cpu import CPUExecutor
+    from kiln.models import kv_cache
 
-    ex = CPUExecutor(cache_graph())
+    ex = CPUExecutor(kv_cache())
     first, last = rand((1, 2, 3), torch.float32, 3), rand((1, 2, 3), torch.float32, 4)
     want = torch.zeros(4, 6, 3)
     want[0, 0:2] = first[0]
@@ -238,8 +217,9 @@ def test_runtime_offsets_first_and_last():
 def test_outputs_independent_of_later_runs():
     import kiln
     from kiln.cpu import CPUExecutor
+    from kiln.models import kv_cache
 
-    ex = CPUExecutor(cache_graph())
+    ex = CPUExecutor(kv_cache())
     v1 = rand((1, 2, 3), torch.float32, 5)
     out1 = write(ex, v1, [0, 0, 0])
     kept = out1.clone()
@@ -275,9 +255,10 @@ def bad_inputs():
 @pytest.mark.points(2)
 def test_input_errors():
     from kiln.cpu import CPUExecutor
+    from kiln.models import kv_cache
     from kiln.runtime import KilnRunError
 
-    ex = CPUExecutor(cache_graph())
+    ex = CPUExecutor(kv_cache())
     for case, (inputs, words) in bad_inputs().items():
         with pytest.raises(KilnRunError) as err:
             ex.run(inputs)

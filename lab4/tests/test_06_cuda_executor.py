@@ -263,39 +263,17 @@ def test_mlp_graph():
     check(got_y, (want_h @ w2.double().T + b2.double()).float(), rtol=1e-4, atol=1e-4)
 
 
-def fibonacci_graph(levels: int):
-    """t[i] = t[i-1] + t[i-2] over two inputs: every node is read twice, by the next two."""
-    import kiln
-
-    b = kiln.Builder("fib")
-    prev, cur = b.input("a", (8,), "float32"), b.input("b", (8,), "float32")
-    for _ in range(levels):
-        prev, cur = cur, prev + cur
-    b.output(cur)
-    return b.graph
-
-
 @pytest.mark.points(2)
 def test_deep_shared_dag():
+    from kiln.models import fibonacci
+
     levels = 100
     a, b = rand((8,), 1).abs(), rand((8,), 2).abs()
-    (got,) = executor(fibonacci_graph(levels)).run({"a": a.cuda(), "b": b.cuda()})
+    (got,) = executor(fibonacci(levels)).run({"a": a.cuda(), "b": b.cuda()})
     prev, cur = a, b
     for _ in range(levels):
         prev, cur = cur, prev + cur
     check(got, cur, rtol=1e-6, atol=0)
-
-
-def cache_graph():
-    """A (4, 6, 3) cache: write `v` (1, 2, 3) at run-time `pos`, return the whole cache."""
-    import kiln
-
-    b = kiln.Builder("cache")
-    cache = b.buffer("cache", (4, 6, 3), "float32")
-    v = b.input("v", (1, 2, 3), "float32")
-    pos = b.input("pos", (3,), "int64")
-    b.output(cache.slice_update(v, pos))
-    return b.graph
 
 
 def write(ex, v, pos):
@@ -305,7 +283,9 @@ def write(ex, v, pos):
 
 @pytest.mark.points(3)
 def test_buffer_persists_across_runs():
-    ex = executor(cache_graph())
+    from kiln.models import kv_cache
+
+    ex = executor(kv_cache())
     v1, v2 = rand((1, 2, 3), 1), rand((1, 2, 3), 2)
     want = torch.zeros(4, 6, 3)
     want[1, 2:4] = v1[0]
@@ -316,7 +296,9 @@ def test_buffer_persists_across_runs():
 
 @pytest.mark.points(3)
 def test_runtime_offsets_first_and_last():
-    ex = executor(cache_graph())
+    from kiln.models import kv_cache
+
+    ex = executor(kv_cache())
     first, last = rand((1, 2, 3), 3), rand((1, 2, 3), 4)
     want = torch.zeros(4, 6, 3)
     want[0, 0:2] = first[0]
@@ -342,8 +324,9 @@ def test_runtime_offsets_first_and_last():
 @pytest.mark.points(2)
 def test_outputs_independent_of_later_runs():
     import kiln
+    from kiln.models import kv_cache
 
-    ex = executor(cache_graph())
+    ex = executor(kv_cache())
     out1 = write(ex, rand((1, 2, 3), 5), [0, 0, 0])
     kept = out1.clone()
     write(ex, rand((1, 2, 3), 6), [1, 0, 0])
@@ -401,10 +384,11 @@ def bad_inputs():
 
 @pytest.mark.points(2)
 def test_input_errors_before_any_launch(monkeypatch):
+    from kiln.models import kv_cache
     from kiln.runtime import KilnRunError
 
     lib = counting(monkeypatch)
-    ex = executor(cache_graph())
+    ex = executor(kv_cache())
     assert lib.calls == 0, f"building the executor called the kernels {lib.calls} times: only run launches"
     for case, (inputs, words) in bad_inputs().items():
         with pytest.raises(KilnRunError) as err:

@@ -158,24 +158,13 @@ def test_new_inputs_every_run():
         assert torch.equal(got, want), f"run {seed + 1}: the replay did not compute on this run's input"
 
 
-def cache_graph():
-    """A (4, 6, 3) cache: write `v * 2` (1, 2, 3) at run-time `pos`, return the cache and its sum row."""
-    import kiln
-
-    b = kiln.Builder("cache")
-    cache = b.buffer("cache", (4, 6, 3), "float32")
-    v = b.input("v", (1, 2, 3), "float32")
-    pos = b.input("pos", (3,), "int64")
-    b.output(cache.slice_update(v * 2.0, pos))
-    return b.graph
-
-
 @pytest.mark.points(3)
 def test_offsets_move_every_replay():
     """The offsets change on every run; each replay must write where this run's offsets say."""
     from kiln.cuda import CudaExecutor
+    from kiln.models import kv_cache
 
-    ex = CudaExecutor(cache_graph(), use_graph=True)
+    ex = CudaExecutor(kv_cache(scale=2.0), use_graph=True)
     want = torch.zeros(4, 6, 3)
     # the first position, the last, places between, and the first again
     for k, pos in enumerate([[0, 0, 0], [3, 4, 0], [1, 2, 0], [2, 3, 0], [0, 0, 0], [3, 4, 0]]):
@@ -213,24 +202,11 @@ def test_buffers_persist_and_start_at_zero():
     assert got.cpu()[1].abs().sum().item() == 0.0, "row 1 was never written: it must still be zeros"
 
 
-def chain(n_nodes: int):
-    """A chain of `n_nodes` pointwise nodes on small tensors, constants mixed in."""
-    import kiln
-
-    b = kiln.Builder("chain")
-    x = b.input("x", (4, 64), "float32")
-    scale, shift = b.constant("scale", rand((64,), 1) * 0.1 + 1.0), b.constant("shift", rand((4, 1), 2) * 0.1)
-    t = x
-    for i in range(n_nodes):
-        kind = i % 4
-        t = t * scale if kind == 0 else t + shift if kind == 1 else t.silu() if kind == 2 else t.relu() + x
-    b.output(t)
-    return b.graph
-
-
 @pytest.mark.points(2)
 def test_chain_of_200_nodes():
-    graph = chain(160)
+    from kiln.models import chain
+
+    graph = chain(200)
     assert len([n for n in graph.nodes if n.op not in ("input", "constant")]) == 200
     same(graph, {"x": rand((4, 64), 3).cuda()}, "a chain of 200 nodes")
 
