@@ -53,6 +53,36 @@ class RunContext:
         if rc != 0:
             raise CheckFailure(Verdict.CRASH, returned_error(self.lib, symbol, rc, case))
 
+    def captured(self, calls: Sequence[tuple[str, dict[str, Any]]]) -> Any:
+        """A torch.cuda.CUDAGraph of `calls` (entry point, argument values without `stream`), for a
+        check that replays it on new data in the same buffers. Each call runs once first, outside
+        the capture (modules load, errors show plainly), then all are captured on torch's capture
+        stream, passed as their `stream` argument. A capture CUDA refuses fails the check and names
+        its usual causes; a non-zero return code is the call's crash."""
+        import torch
+
+        for symbol, values in calls:
+            stream = torch.cuda.current_stream().cuda_stream
+            self.check_rc(symbol, self.entry(symbol)({**values, "stream": stream}), "before the capture")
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        rcs = []
+        try:
+            with torch.cuda.graph(graph):
+                stream = torch.cuda.current_stream().cuda_stream
+                for symbol, values in calls:
+                    rcs.append((symbol, self.entry(symbol)({**values, "stream": stream})))
+        except RuntimeError as e:
+            what = " and ".join(symbol for symbol, _ in calls)
+            self.fail(
+                f"capturing {what} into a CUDA graph failed ({str(e).strip().splitlines()[0]}): launch only on "
+                f"the `stream` argument (the fourth launch parameter), and do not synchronize, allocate or copy "
+                f"to the host inside the call"
+            )
+        for symbol, rc in rcs:
+            self.check_rc(symbol, rc, "a call captured into a CUDA graph")
+        return graph
+
 
 @dataclass
 class TorchRunContext:

@@ -36,16 +36,8 @@ CPUKernel = Callable[[Node, Sequence[torch.Tensor]], torch.Tensor]
 CPU_KERNELS: dict[str, CPUKernel] = {}
 
 
-def register_cpu(op: str) -> Callable[[CPUKernel], CPUKernel]:
-    """Decorator: the CPU kernel of operator `op` (one per operator)."""
-
-    def add(fn: CPUKernel) -> CPUKernel:
-        if op in CPU_KERNELS:
-            raise ValueError(f"operator {op!r} already has a CPU kernel")
-        CPU_KERNELS[op] = fn
-        return fn
-
-    return add
+# @register_cpu("op"): the CPU kernel of operator `op` (one per operator)
+register_cpu = ops.registrar(CPU_KERNELS, "CPU kernel")
 
 
 def broadcast_to(t: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:

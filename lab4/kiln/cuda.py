@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from kiln import ops
 from kiln.ir import SOURCES, DType, Graph, Node
 from kiln.planner import plan_memory
 from kiln.runtime import KilnRunError, check_inputs, torch_dtype
@@ -111,16 +112,8 @@ def error_string(rc: int) -> str:
         return f"cudaError {rc}"
 
 
-def register_cuda(op: str) -> Callable[[Lowering], Lowering]:
-    """Decorator: the CUDA lowering of operator `op` (one per operator). Lab 5 adds its own."""
-
-    def add(fn: Lowering) -> Lowering:
-        if op in CUDA_LOWERINGS:
-            raise ValueError(f"operator {op!r} already has a CUDA lowering")
-        CUDA_LOWERINGS[op] = fn
-        return fn
-
-    return add
+# @register_cuda("op"): the CUDA lowering of operator `op` (one per operator); lab 5 adds its own
+register_cuda = ops.registrar(CUDA_LOWERINGS, "CUDA lowering")
 
 
 def ptr(t: torch.Tensor) -> ctypes.c_void_p:

@@ -45,6 +45,23 @@ def register(op: OpDef) -> OpDef:
     return op
 
 
+def registrar(table: dict[str, Any], what: str) -> Callable[[str], Callable[[Any], Any]]:
+    """`register = registrar(table, "CPU kernel")`: a decorator factory that files one
+    implementation per operator in an executor's table (task 02's CPU kernels, task 06's CUDA
+    lowerings), and refuses a second one for the same operator. Lab 5 registers through them."""
+
+    def register(op: str) -> Callable[[Any], Any]:
+        def add(fn: Any) -> Any:
+            if op in table:
+                raise ValueError(f"operator {op!r} already has a {what}")
+            table[op] = fn
+            return fn
+
+        return add
+
+    return register
+
+
 def get(name: str) -> OpDef:
     try:
         return REGISTRY[name]

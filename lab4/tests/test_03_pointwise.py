@@ -188,12 +188,6 @@ def relu_is_exact(ctx: RunContext) -> None:
         )
 
 
-CAPTURE_FAILED = (
-    "capturing {what} into a CUDA graph failed ({error}): launch only on the `stream` argument (the fourth "
-    "launch parameter), and do not synchronize, allocate or copy to the host inside the call"
-)
-
-
 def replays_in_a_cuda_graph(ctx: RunContext) -> None:
     """One call of each entry point, captured into a CUDA graph on torch's capture stream, then
     replayed on new inputs copied into the same buffers: the outputs must follow them."""
@@ -209,21 +203,7 @@ def replays_in_a_cuda_graph(ctx: RunContext) -> None:
         ("kiln_unary", {"unary_op": 1, "out": out_u, "x": x, "n": x.numel()}),
         ("kiln_binary", {"binary_op": 1, "out": out_b, "a": a, "b": b, "meta": meta}),
     ]
-    for symbol, values in calls:  # once outside the capture: modules load, errors show plainly
-        stream = torch.cuda.current_stream().cuda_stream
-        ctx.check_rc(symbol, ctx.entry(symbol)({**values, "stream": stream}), "before the capture")
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    rcs = []
-    try:
-        with torch.cuda.graph(graph):
-            stream = torch.cuda.current_stream().cuda_stream
-            for symbol, values in calls:
-                rcs.append((symbol, ctx.entry(symbol)({**values, "stream": stream})))
-    except RuntimeError as e:
-        ctx.fail(CAPTURE_FAILED.format(what="kiln_unary and kiln_binary", error=str(e).strip().splitlines()[0]))
-    for symbol, rc in rcs:
-        ctx.check_rc(symbol, rc, "a call captured into a CUDA graph")
+    graph = ctx.captured(calls)
     for replay in range(2):
         for t in (x, a, b):
             t.copy_(torch.randn_like(t))

@@ -151,21 +151,7 @@ def replays_in_a_cuda_graph(ctx: RunContext) -> None:
         "a_batch_stride": m * k,
         "b_batch_stride": 0,
     }
-    fn = ctx.entry("kiln_matmul")
-    ctx.check_rc("kiln_matmul", fn({**values, "stream": torch.cuda.current_stream().cuda_stream}), "before the capture")
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    rc = 0
-    try:
-        with torch.cuda.graph(graph):
-            rc = fn({**values, "stream": torch.cuda.current_stream().cuda_stream})
-    except RuntimeError as e:
-        ctx.fail(
-            f"capturing kiln_matmul into a CUDA graph failed ({str(e).strip().splitlines()[0]}): launch only on "
-            f"the `stream` argument (the fourth launch parameter), and do not synchronize, allocate or copy to the "
-            f"host inside the call"
-        )
-    ctx.check_rc("kiln_matmul", rc, "a call captured into a CUDA graph")
+    graph = ctx.captured([("kiln_matmul", values)])
     for replay in range(2):
         a.copy_(torch.randn_like(a))
         b.copy_(torch.randn_like(b))

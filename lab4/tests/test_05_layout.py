@@ -267,25 +267,7 @@ def replays_in_a_cuda_graph(ctx: RunContext) -> None:
         ("kiln_strided_copy", {"out": out, "src": src, "copy_meta": copy_meta}),
         ("kiln_slice_update", {"target": target, "value": value, "offsets": offsets, "update_meta": update_meta}),
     ]
-    for symbol, values in calls:  # once outside the capture: modules load, errors show plainly
-        stream = torch.cuda.current_stream().cuda_stream
-        ctx.check_rc(symbol, ctx.entry(symbol)({**values, "stream": stream}), "before the capture")
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    rcs = []
-    try:
-        with torch.cuda.graph(graph):
-            stream = torch.cuda.current_stream().cuda_stream
-            for symbol, values in calls:
-                rcs.append((symbol, ctx.entry(symbol)({**values, "stream": stream})))
-    except RuntimeError as e:
-        ctx.fail(
-            f"capturing kiln_strided_copy and kiln_slice_update into a CUDA graph failed "
-            f"({str(e).strip().splitlines()[0]}): launch only on the `stream` argument (the fourth launch "
-            f"parameter), and do not synchronize, allocate or copy to the host inside the call"
-        )
-    for symbol, rc in rcs:
-        ctx.check_rc(symbol, rc, "a call captured into a CUDA graph")
+    graph = ctx.captured(calls)
     for position in (5, 7, 8):  # the last one sticks out of target by one position: half is skipped
         src.copy_(torch.randn_like(src))
         value.copy_(torch.randn_like(value))
