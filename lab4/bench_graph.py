@@ -15,10 +15,8 @@ chapter quotes for the 200-node chain. Timing is not graded (tasks 06-07 check r
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,22 +26,6 @@ NODES = 200
 SHAPE = (4, 64)
 WARMUP = 20
 RUNS = 300
-
-
-def use_kiln(solutions: bool) -> None:
-    """Puts kiln (the lab's, or with `solutions` the reference files over it) and the grader on sys.path."""
-    sys.path.insert(0, str(LAB.parent))  # the grader builds the kernels
-    if not solutions:
-        sys.path.insert(0, str(LAB))
-        return
-    staged = Path(tempfile.mkdtemp(prefix="kiln-bench-"))
-    shutil.copytree(LAB / "kiln", staged / "kiln", ignore=shutil.ignore_patterns("__pycache__"))
-    for src in (LAB / "solutions" / "kiln").rglob("*"):
-        if src.is_file() and "__pycache__" not in src.parts:
-            dest = staged / "kiln" / src.relative_to(LAB / "solutions" / "kiln")
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, dest)
-    sys.path.insert(0, str(staged))
 
 
 def mlp_graph():
@@ -97,7 +79,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--solutions", action="store_true", help="time the reference solutions")
     args = parser.parse_args()
-    use_kiln(args.solutions)
+    sys.path.insert(0, str(LAB.parent))  # the grader: it stages the packages and builds the kernels
+    from grader.staging import use_packages
+
+    use_packages(LAB, ["kiln"], solutions=args.solutions)
     import torch
 
     if not torch.cuda.is_available():

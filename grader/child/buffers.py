@@ -19,9 +19,25 @@ if TYPE_CHECKING:
 
 CANARY = 4096  # elements on each side: more than a whole 1024-thread block can overrun
 
-_BITS = {"f32": "int32", "u32": "int32", "i32": "int32", "f16": "int16", "i64": "int64", "u8": "uint8"}
-PREFILL = {"f32": 0x7FC0FFEE, "u32": -559038737, "i32": -559038737, "f16": 0x7E5A, "i64": -0x21524111, "u8": 0xA5}
-CANARY_BITS = {"f32": 0x7FCA11ED, "u32": 0x5EEDCA75, "i32": 0x5EEDCA75, "f16": 0x7E77, "i64": 0x5EEDCA75, "u8": 0x5A}
+_BITS = {"f32": "int32", "u32": "int32", "i32": "int32", "f16": "int16", "bf16": "int16", "i64": "int64", "u8": "uint8"}
+PREFILL = {
+    "f32": 0x7FC0FFEE,
+    "u32": -559038737,
+    "i32": -559038737,
+    "f16": 0x7E5A,
+    "bf16": 0x7FDA,
+    "i64": -0x21524111,
+    "u8": 0xA5,
+}
+CANARY_BITS = {
+    "f32": 0x7FCA11ED,
+    "u32": 0x5EEDCA75,
+    "i32": 0x5EEDCA75,
+    "f16": 0x7E77,
+    "bf16": 0x7FC7,
+    "i64": 0x5EEDCA75,
+    "u8": 0x5A,
+}
 
 
 def bits(t: torch.Tensor, dtype: str) -> torch.Tensor:

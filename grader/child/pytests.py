@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from grader import paths
 from grader.records import ChildJob, TestOutcome, Verdict
 from grader.tasks.python import DEFAULT_TEST_POINTS, PythonTask
 
@@ -40,13 +41,14 @@ def stage(task: PythonTask, sources: dict[str, str], dest: Path) -> None:
     lab = task.lab_dir()
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
     for top in task.staged():
-        src = lab / top
+        home, inner = paths.lab_file(lab, top)  # `../lab4/kiln` is staged as `kiln`
+        src = home / inner
         if src.is_dir():
-            shutil.copytree(src, dest / top, ignore=ignore)
+            shutil.copytree(src, dest / inner, ignore=ignore)
         elif src.is_file():
-            shutil.copy2(src, dest / top)
+            shutil.copy2(src, dest / inner)
     for rel, path in sources.items():
-        target = dest / rel
+        target = dest / paths.lab_file(lab, rel)[1]
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
 

@@ -44,6 +44,8 @@ class PythonTask(Task):
     there first: `packages` adds folders the tests need beyond the sources' own package.
     `builds_on` names other tasks' files the tests run (any suffix): a variant replaces only this
     task's own sources, so a run with `--solutions` runs the reference of every file involved.
+    `packages` and `builds_on` may name another lab's files as `../lab4/kiln/...`: lab 5 runs lab
+    4's compiler, staged as the top-level package `kiln` beside lab 5's own.
     """
 
     kind: ClassVar[str] = "python"
@@ -64,5 +66,8 @@ class PythonTask(Task):
     def staged(self) -> list[str]:
         """The lab's top-level folders and files that the task process copies: each source's
         package (or the source itself, at the top of the lab) and the declared `packages`."""
-        tops = [PurePosixPath(s).parts[0] for s in [*self.sources, *self.packages]]
+        tops = []
+        for s in [*self.sources, *self.packages]:
+            parts = PurePosixPath(s).parts
+            tops.append(str(PurePosixPath(*parts[:3])) if parts[0] == ".." else parts[0])
         return list(dict.fromkeys(tops))

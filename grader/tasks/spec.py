@@ -21,13 +21,14 @@ if TYPE_CHECKING:
     from grader.child.context import RunContext
     from grader.tasks.ladder import Ladder
 
-DType = Literal["f32", "f16", "i32", "u32", "i64", "u8"]
+DType = Literal["f32", "f16", "bf16", "i32", "u32", "i64", "u8"]
 Role = Literal["in", "out", "inout"]
 
 # (atol, rtol) per dtype: tight enough that zeros, a pass-through or an fp16 round trip fail.
 DEFAULT_TOLERANCE: dict[str, tuple[float, float]] = {
     "f32": (1e-5, 1e-5),
     "f16": (1e-3, 1e-3),
+    "bf16": (8e-3, 8e-3),  # 8 bits of mantissa: one rounding is 2^-9 relative
     "i32": (0.0, 0.0),
     "u32": (0.0, 0.0),
     "i64": (0.0, 0.0),
@@ -343,6 +344,7 @@ def torch_dtype(dtype: str) -> torch.dtype:
     return {
         "f32": torch.float32,
         "f16": torch.float16,
+        "bf16": torch.bfloat16,
         "i32": torch.int32,
         "u32": torch.int32,  # torch has no full uint32 support: same bits, compared exactly
         "i64": torch.int64,

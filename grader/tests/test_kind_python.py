@@ -268,3 +268,23 @@ def test_builds_on_stages_earlier_tasks_files_as_the_run_grades_them(task, tmp_p
     assert solved.verdict == Verdict.WRONG and "test_empty_input_is_rejected" in solved.message, solved.message
     (own,) = runner.grade([later], runner.Options(timing="off", timeout=TIMEOUT), {later.task_id: REFERENCE})
     assert own.verdict == Verdict.PASS, own.message
+
+
+def test_another_labs_files_are_named_from_the_lab_and_staged_at_the_top(task, tmp_path):
+    """Lab 5 runs lab 4's compiler: `../lab4/kiln/...` resolves in lab 4 (its solutions under
+    --solutions) and is staged as the top-level package `kiln`, the graded file put over it."""
+    from grader.child.pytests import stage
+
+    lab5 = paths.ROOT / "lab5"
+    assert paths.lab_file(lab5, "kiln_llm/cpu.py") == (lab5, "kiln_llm/cpu.py")
+    assert paths.lab_file(lab5, "../lab4/kiln/cpu.py") == (paths.ROOT / "lab4", "kiln/cpu.py")
+    assert paths.solution_source(lab5, "../lab4/kiln/cpu.py") == paths.ROOT / "lab4/solutions/kiln/cpu.py"
+    with pytest.raises(ValueError, match="labN"):
+        paths.lab_file(lab5, "../elsewhere/x.py")
+    later = dataclasses.replace(task, sources=[SOURCE], packages=["../lab4/kiln"])
+    assert later.staged() == ["tinystats", "../lab4/kiln"]
+    graded = tmp_path / "cpu.py"
+    graded.write_text("GRADED = True\n")
+    dest = tmp_path / "stage"
+    stage(later, {"../lab4/kiln/cpu.py": str(graded)}, dest)
+    assert (dest / "kiln" / "ir.py").is_file() and (dest / "kiln" / "cpu.py").read_text() == "GRADED = True\n"

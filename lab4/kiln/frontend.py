@@ -190,12 +190,13 @@ class Builder:
         return self._source("input", name, make_type(shape, as_dtype(dtype)))
 
     def constant(self, name: str, value: Any) -> Tensor:
-        """A weight; its value (a torch tensor, kept on the CPU) goes into graph.constants[name]."""
+        """A weight; its value (a torch tensor, on the device it is on: a checkpoint loaded to the GPU
+        is not copied back to the host) goes into graph.constants[name]."""
         torch = _torch()
         if not isinstance(value, torch.Tensor):
             raise IRError(f"constant {name!r}: the value must be a torch tensor, not {type(value).__name__}")
         t = self._source("constant", name, make_type(tuple(value.shape), as_dtype(value.dtype)))
-        self.graph.constants[name] = value.detach().to("cpu").contiguous()
+        self.graph.constants[name] = value.detach().contiguous()
         return t
 
     def buffer(self, name: str, shape: Sequence[int], dtype: Any = "float32") -> Tensor:

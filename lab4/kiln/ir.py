@@ -109,8 +109,8 @@ class Node:
 class Graph:
     """Nodes in a topological order, the outputs, and the constants' values by name.
 
-    `constants` maps a constant node's `name` attribute to its value (a torch tensor on the CPU,
-    of the node's shape and dtype); the text form names constants but does not carry their values.
+    `constants` maps a constant node's `name` attribute to its value (a torch tensor, on the CPU
+    or the GPU, of the node's shape and dtype); the text form names constants but does not carry their values.
     """
 
     name: str = "model"

@@ -20,7 +20,8 @@ Infer = Callable[[Sequence[TensorType], Mapping[str, Any]], TensorType]
 
 @dataclass(frozen=True)
 class OpDef:
-    """`arity` is the number of inputs; `attrs` the attribute names the operator requires.
+    """`arity` is the number of inputs (None: one or more, as lab 5's generated `fused` kernels
+    take); `attrs` the attribute names the operator requires.
 
     `view_of` is the index of the input whose memory the output shares (reshape; slice_update,
     which writes into its buffer and returns it), or None when the output is a tensor of its own.
@@ -28,7 +29,7 @@ class OpDef:
     """
 
     name: str
-    arity: int
+    arity: int | None
     infer: Infer
     attrs: tuple[str, ...] = ()
     view_of: int | None = None

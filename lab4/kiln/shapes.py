@@ -93,7 +93,9 @@ def infer_node(name: str, op: str, inputs: Sequence[TensorType], attrs: Mapping[
     opdef = ops.get(op)
     if op in SOURCES:
         raise IRError(f"%{name} ({op}): a source's type is declared, not inferred")
-    if len(inputs) != opdef.arity:
+    if opdef.arity is None and not inputs:
+        raise ShapeError("takes one or more inputs, got none", f"%{name} ({op})")
+    if opdef.arity is not None and len(inputs) != opdef.arity:
         raise ShapeError(f"takes {opdef.arity} inputs, got {len(inputs)}", f"%{name} ({op})")
     missing = [a for a in opdef.attrs if a not in attrs]
     extra = [a for a in attrs if a not in opdef.attrs]

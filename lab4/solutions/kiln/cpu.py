@@ -141,15 +141,36 @@ def aliases_state(node: Node) -> bool:
     return node.op in SOURCES
 
 
+def _shared(other: CPUExecutor | None, table: str, node: Node) -> torch.Tensor | None:
+    """`other`'s constant or buffer named like `node`, checked against node's type; None when
+    there is no other executor or it has none of that name."""
+    if other is None:
+        return None
+    t = getattr(other, table).get(node.attrs["name"])
+    if t is not None and (tuple(t.shape) != node.type.shape or t.dtype != torch_dtype(node.type.dtype)):
+        raise KilnRunError(
+            f"{node.op} {node.attrs['name']!r} is {node.type} here but {t.dtype}{list(t.shape)} in the executor"
+            " it shares memory with"
+        )
+    return t
+
+
 class CPUExecutor:
     """Runs a graph with torch on the CPU, one kernel call per node."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, *, share_with: CPUExecutor | None = None) -> None:
+        """`share_with`: another executor whose constants and buffers of the same name (and type)
+        this one uses as they are, so two graphs of one model (lab 5's prompt and its one-token
+        steps) hold one copy of the weights and write the same KV cache."""
         graph.validate()
         self.graph = graph
         self.constants: dict[str, torch.Tensor] = {}
         for n in graph.of_op("constant"):
             name = n.attrs["name"]
+            shared = _shared(share_with, "constants", n)
+            if shared is not None:
+                self.constants[name] = shared
+                continue
             value = graph.constants.get(name)
             if not isinstance(value, torch.Tensor):
                 raise KilnRunError(f"constant {name!r} has no value in graph.constants (a parsed graph has none)")
@@ -157,9 +178,11 @@ class CPUExecutor:
                 raise KilnRunError(f"constant {name!r}: value {value.dtype}{list(value.shape)}, node says {n.type}")
             self.constants[name] = value.detach().to("cpu").contiguous()
         # persistent state: zeros now, then whatever the runs write (a KV cache)
-        self.buffers: dict[str, torch.Tensor] = {
-            n.attrs["name"]: torch.zeros(n.type.shape, dtype=torch_dtype(n.type.dtype)) for n in graph.buffers
-        }
+        self.buffers: dict[str, torch.Tensor] = {}
+        for n in graph.buffers:
+            shared = _shared(share_with, "buffers", n)
+            zeros = torch.zeros(n.type.shape, dtype=torch_dtype(n.type.dtype))
+            self.buffers[n.attrs["name"]] = zeros if shared is None else shared
         missing = sorted({n.op for n in graph.nodes if n.op not in SOURCES and n.op not in CPU_KERNELS})
         if missing:
             raise KilnRunError(f"no CPU kernel for {missing}: register one with @register_cpu")

@@ -341,27 +341,72 @@ def lower_slice_update(ex: CudaExecutor, node: Node) -> Launch:
 # --- the executor ---------------------------------------------------------------------------------
 
 
+# lab 4's own operators and their kernels are float32; lab 5's operators bring kernels for f16 and bf16
+FLOAT32_ONLY = ("add", "mul", "relu", "silu", "matmul", "permute", "slice", "slice_update")
+
+
 def _check_dtypes(graph: Graph) -> None:
-    """Lab 4's kernels are float32; int64 only as slice_update's offsets, straight from a source."""
-    users = graph.users()
+    """Lab 4's kernels are float32; int64 only as slice_update's offsets. Other operators (a
+    reshape, lab 5's) check their own dtypes in their lowerings."""
     for n in graph.nodes:
-        if n.type.dtype is DType.float32:
+        if n.op not in FLOAT32_ONLY:
             continue
-        offsets_only = n.type.dtype is DType.int64 and n.op in ("input", "constant")
-        offsets_only = offsets_only and all(
-            u.op == "slice_update" and u.inputs[2] is n and n not in u.inputs[:2] for u in users[n]
-        )
-        if not offsets_only:
+        data = n.inputs[:2] if n.op == "slice_update" else n.inputs
+        bad = [t for t in (n, *data) if t.type.dtype is not DType.float32]
+        if n.op == "slice_update" and n.inputs[2].type.dtype is not DType.int64:
+            bad.append(n.inputs[2])
+        if bad:
             raise KilnRunError(
-                f"%{n.name} ({n.op}) is {n.type}: lab 4's CUDA kernels are float32 (int64 only for an input"
-                f" or constant that gives slice_update its offsets); lab 5 adds f16 and bf16"
+                f"%{n.name} ({n.op}) reads or makes {bad[0].type} (%{bad[0].name}): lab 4's CUDA kernels are"
+                f" float32 (int64 only for slice_update's offsets); lab 5's fusion pass lowers f16 and bf16"
             )
+
+
+def _shared_sources(graph: Graph, other: CudaExecutor | None) -> dict[Node, torch.Tensor]:
+    """This graph's constants and buffers that `other` holds under the same name: node -> other's
+    tensor. A name held with another type is an error, not a silent copy."""
+    if other is None:
+        return {}
+    theirs = {(n.op, n.attrs["name"]): t for n, t in other.tensors.items() if n.op in ("constant", "buffer")}
+    out: dict[Node, torch.Tensor] = {}
+    for n in graph.nodes:
+        t = theirs.get((n.op, n.attrs.get("name")))
+        if n.op not in ("constant", "buffer") or t is None:
+            continue
+        if tuple(t.shape) != n.type.shape or t.dtype != torch_dtype(n.type.dtype):
+            raise KilnRunError(
+                f"{n.op} {n.attrs['name']!r} is {n.type} here but {t.dtype}{list(t.shape)} in the executor it shares"
+                " memory with"
+            )
+        out[n] = t
+    return out
+
+
+def _planned(graph: Graph, shared: set[Node]) -> tuple[Graph, dict[Node, Node]]:
+    """The graph the planner sees: a copy in which each shared source (memory another executor
+    owns) takes one element, so the arena holds no second copy of it. Returns the copy and the
+    map from each node to its copy."""
+    from kiln.ir import Node as IRNode
+    from kiln.ir import TensorType
+
+    copy: dict[Node, Node] = {}
+    for n in graph.nodes:
+        ty = TensorType((1,), n.type.dtype) if n in shared else n.type
+        copy[n] = IRNode(n.name, n.op, tuple(copy[i] for i in n.inputs), n.attrs, ty)
+    return Graph(graph.name, list(copy.values()), [copy[o] for o in graph.outputs]), copy
 
 
 class CudaExecutor:
     """Runs a graph on the GPU: one arena, one stream, one launch per node (or one CUDA graph)."""
 
-    def __init__(self, graph: Graph, *, use_graph: bool = True, debug: bool = False) -> None:
+    def __init__(
+        self, graph: Graph, *, use_graph: bool = True, debug: bool = False, share_with: CudaExecutor | None = None
+    ) -> None:
+        """`share_with`: another executor whose constants and buffers of the same name and type
+        this one uses in place (lab 5's prompt graph and one-token graph hold one copy of the
+        weights and write one KV cache); they take no room in this executor's arena. Capturing
+        a graph (`use_graph`) runs every kernel once, writes included: build the executors that
+        share state before the first real run."""
         check_graph(graph)
         _check_dtypes(graph)
         missing = sorted({n.op for n in graph.nodes if n.op not in SOURCES and n.op not in CUDA_LOWERINGS})
@@ -372,7 +417,9 @@ class CudaExecutor:
         self.graph = graph
         self.debug = debug
         self.lib = load_kernels()  # looked up at run time of __init__: a test may wrap it
-        self.plan = plan_memory(graph)
+        shared = _shared_sources(graph, share_with)
+        planned, copy = _planned(graph, set(shared)) if shared else (graph, {n: n for n in graph.nodes})
+        self.plan = plan_memory(planned)
         self.stream = torch.cuda.Stream()
         self.stream_handle = ctypes.c_void_p(self.stream.cuda_stream)
         self.keep: list[torch.Tensor] = []  # device memory the launches point at (slice_update's offsets)
@@ -381,13 +428,22 @@ class CudaExecutor:
         self.stream.wait_stream(torch.cuda.current_stream())
         self.tensors: dict[Node, torch.Tensor] = {}
         for n in graph.nodes:
-            start = self.plan.offsets[n]  # a view's offset is its owner's
+            if n in shared:
+                self.tensors[n] = shared[n]
+                continue
+            if n.op not in SOURCES and ops.get(n.op).view_of is not None:
+                # a view is its input's memory seen with its own shape (a shared buffer's too)
+                self.tensors[n] = self.tensors[n.inputs[ops.get(n.op).view_of]].view(n.type.shape)
+                continue
+            start = self.plan.offsets[copy[n]]
             raw = self.arena[start : start + n.type.nbytes]
             self.tensors[n] = raw.view(torch_dtype(n.type.dtype)).view(n.type.shape)
         with torch.cuda.stream(self.stream):
             self.arena.zero_()  # reproducible: an unwritten slot reads 0, not last run's garbage
             for n in graph.of_op("constant"):
                 name = n.attrs["name"]
+                if n in shared:
+                    continue
                 value = graph.constants.get(name)
                 if not isinstance(value, torch.Tensor):
                     raise KilnRunError(f"constant {name!r} has no value in graph.constants (a parsed graph has none)")
@@ -410,7 +466,8 @@ class CudaExecutor:
             # the capture's warm-up pass ran every kernel once: buffers start from zeros again
             with torch.cuda.stream(self.stream):
                 for n in graph.buffers:
-                    self.tensors[n].zero_()
+                    if n not in shared:  # another executor's state is its own
+                        self.tensors[n].zero_()
             self.stream.synchronize()
 
     def launch_all(self) -> None:
@@ -459,16 +516,19 @@ class CudaExecutor:
         # TODO(lab4/06) end
 
 
-def compile(graph: Graph, device: str = "cuda", *, use_graph: bool = True, debug: bool = False) -> Any:
+def compile(
+    graph: Graph, device: str = "cuda", *, use_graph: bool = True, debug: bool = False, share_with: Any = None
+) -> Any:
     """The executor for `device` (kiln.compile, named like torch.compile): CudaExecutor(graph,
-    use_graph=..., debug=...) for "cuda", kiln.cpu.CPUExecutor(graph) for "cpu" (which has no
-    graph to capture and checks as it goes: both flags are ignored there)."""
+    use_graph=..., debug=..., share_with=...) for "cuda", kiln.cpu.CPUExecutor(graph,
+    share_with=...) for "cpu" (which has no graph to capture and checks as it goes: use_graph and
+    debug are ignored there)."""
     if device == "cpu":
         from kiln.cpu import CPUExecutor
 
-        return CPUExecutor(graph)
+        return CPUExecutor(graph, share_with=share_with)
     if device == "cuda":
-        return CudaExecutor(graph, use_graph=use_graph, debug=debug)
+        return CudaExecutor(graph, use_graph=use_graph, debug=debug, share_with=share_with)
     raise KilnRunError(f"device {device!r}: kiln compiles for 'cuda' or 'cpu'")
 
 
