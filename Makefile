@@ -11,6 +11,12 @@ DEST    ?=
 SOLUTIONS ?=
 SUB     ?=
 SUBS    ?=
+PROMPT      ?= Once upon a time
+MODEL       ?=
+TEMPERATURE ?= 0
+TOP_P       ?= 1
+SEED        ?= 0
+STEPS       ?= 128
 
 # third-party pytest plugins a shared Python may carry cost startup time and add nothing here
 export PYTEST_DISABLE_PLUGIN_AUTOLOAD := 1
@@ -19,7 +25,7 @@ export PYTEST_DISABLE_PLUGIN_AUTOLOAD := 1
 GRADE_OPTS := -q --no-header -p no:cacheprovider -rfEs $(if $(TASK),--task=$(TASK)) $(if $(SOLUTIONS),--solutions) $(ARGS)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup doctor train-lab3 check verify grade grade-submission gradebook grade-class bench-grader skeletons release lint clean
+.PHONY: help setup doctor train-lab3 generate bench-lab5 check verify grade grade-submission gradebook grade-class bench-grader skeletons release lint clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_%-]+:.*## / {name = $$1; sub(/%/, "N", name); printf "  %-16s %s\n", name, $$2}' $(MAKEFILE_LIST)
@@ -46,12 +52,20 @@ test-lab%: $(STAMP) ## grade one lab: make test-lab1 (one task: TASK=03)
 sanitize-lab%: $(STAMP) ## run a lab under compute-sanitizer memcheck and racecheck (small sizes)
 	$(call grade_lab,lab$*,--sanitize)
 
+# lab 5's benchmark is the kernels' timings, then the whole model's (an explicit rule beats bench-lab%)
+bench-lab5: $(STAMP) ## lab 5 (GPU): the kernels' timings, then decode against the memory roofline and transformers
+	$(PY) -m grader bench lab5 $(if $(TASK),--task $(TASK)) $(if $(SOLUTIONS),--solutions)
+	$(PY) lab5/bench_llama.py $(if $(SOLUTIONS),--solutions --write-readme) $(ARGS)
+
 bench-lab%: $(STAMP) ## time a lab carefully; write its ladder tables and plots into labN/README.md
 	$(PY) -m grader bench lab$* $(if $(TASK),--task $(TASK)) $(if $(SOLUTIONS),--solutions)
 
 profile-lab%: $(STAMP) ## Nsight Compute summary of one task: make profile-lab1 TASK=03
 	@test -n "$(TASK)" || { echo "usage: make profile-lab$* TASK=NN"; exit 2; }
 	$(PY) -m grader profile lab$*/$(TASK) $(if $(SOLUTIONS),--solutions)
+
+generate: $(STAMP) ## lab 5: continue PROMPT with kiln's LLaMA (MODEL=dir or .bin, else the tiny model; TEMPERATURE, TOP_P, SEED, STEPS)
+	PYTHONPATH=lab5 $(PY) -m llama.generate --prompt "$(PROMPT)" $(if $(MODEL),--model "$(MODEL)") --temperature $(TEMPERATURE) --top-p $(TOP_P) --seed $(SEED) --max-new-tokens $(STEPS) $(if $(SOLUTIONS),--solutions) $(ARGS)
 
 doctor: $(STAMP) ## what this machine has for the course: toolkit, GPU, packages, profilers, models
 	$(PY) -m grader doctor

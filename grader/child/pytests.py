@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from grader import paths
+from grader import paths, toolchain
 from grader.records import ChildJob, TestOutcome, Verdict
 from grader.tasks.python import DEFAULT_TEST_POINTS, PythonTask
 
@@ -75,6 +75,7 @@ class Collector:
         self.names: dict[str, str] = {}
         self.outcomes: dict[str, tuple[str, str]] = {}  # nodeid -> (outcome, message) so far
         self.errors: list[str] = []  # collection errors: a broken spec file
+        self.deselected: list[str] = []  # the `gpu` tests a machine without a GPU leaves out
 
     def _clean(self, text: str) -> str:
         """Paths as the student knows them (relative to the lab), `f` for `<function f at 0x...>`."""
@@ -83,6 +84,9 @@ class Collector:
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
             self.errors.append(self._clean(str(report.longrepr)))
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self.deselected += [item.name for item in items]
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self._stage_first()
@@ -144,9 +148,12 @@ class Collector:
         return text
 
 
-def inner_args(task: PythonTask) -> list[str]:
+def inner_args(task: PythonTask, gpu: bool = True) -> list[str]:
+    """The inner session's options. Without a GPU, the tests marked `gpu` are deselected: a
+    CPU machine grades the checks it can run, and the GPU ones are neither passed nor failed."""
     return [
         task.spec_file,
+        *([] if gpu else ["-m", "not gpu"]),
         "--grader-inner",
         "-p",
         "grader.pytest_plugin",
@@ -188,7 +195,7 @@ def run(task: PythonTask, job: ChildJob, rec: Recorder) -> None:
         os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         collector = Collector(rec, stage_dir, [Path(top).stem for top in task.staged()])
         rec.set(phase="collecting the tests")
-        code = pytest.main(inner_args(task), plugins=[collector])
+        code = pytest.main(inner_args(task, toolchain.has_gpu()), plugins=[collector])
     finally:
         shutil.rmtree(stage_dir, ignore_errors=True)
     tests = rec.report.tests
@@ -203,5 +210,11 @@ def run(task: PythonTask, job: ChildJob, rec: Recorder) -> None:
             f"tests, each marked @pytest.mark.points(n))",
         )
         return
+    if collector.deselected:
+        n = len(collector.deselected)
+        rec.report.notes.append(
+            f"{n} GPU check{'s' * (n > 1)} not run (no NVIDIA GPU here): {', '.join(collector.deselected[:4])}"
+            f"{' ...' if n > 4 else ''}; a GPU machine grades them too"
+        )
     v, message = verdict(tests)
     rec.set(verdict=v, message=message, phase="done")

@@ -29,7 +29,9 @@ def fakes(entry: Entry, inputs: dict[str, Any], out: Buffer, expected: Any, shap
         passthrough = torch.zeros(numel, dtype=dt)
         passthrough[: min(numel, flat.numel())] = flat[:numel]
         fake["pass-through"] = passthrough.view(shape)
-    if dt.is_floating_point and not entry.reduced_precision:
+    # an fp16 round trip changes nothing in an f16 output and adds precision to a bf16 one: it
+    # proves only that 32-bit outputs are held to more than half precision
+    if dt.is_floating_point and dt.itemsize > 2 and not entry.reduced_precision:
         fake["fp16 round trip"] = expected.reshape(shape).to(dt).half().to(dt)
     return fake
 

@@ -18,6 +18,10 @@ code therefore ends that process only and becomes this task's verdict.
 A test without a `points` mark is worth 1 point; a parametrized test earns its points once per
 parameter. The task's `points` are shared out in proportion to the points of the passing tests.
 
+A test marked `@pytest.mark.gpu` is a GPU check inside such a task: a machine without a GPU
+deselects it (the verdict notes how many were left out), so a CPU machine grades what it can
+run, and a GPU machine grades all of it.
+
 `gpu` defaults to False for this kind: most of a compiler is plain Python, and a task that needs
 no GPU is run and graded on a CPU-only machine too (lab 4's CPU executor must be). A task whose
 tests use CUDA says `gpu=True` and is skipped, with a reason, where there is no GPU.

@@ -288,3 +288,27 @@ def test_another_labs_files_are_named_from_the_lab_and_staged_at_the_top(task, t
     dest = tmp_path / "stage"
     stage(later, {"../lab4/kiln/cpu.py": str(graded)}, dest)
     assert (dest / "kiln" / "ir.py").is_file() and (dest / "kiln" / "cpu.py").read_text() == "GRADED = True\n"
+
+
+def test_gpu_checks_of_a_cpu_task_are_left_out_without_a_gpu(task, tmp_path):
+    """A task graded on the CPU may carry checks marked `gpu` (lab 5's generation runs on either):
+    without a GPU they are deselected, neither passed nor failed, and the verdict says so."""
+    from grader import toolchain
+
+    lab = tmp_path / "lab"
+    shutil.copytree(FIXTURE, lab)
+    spec = lab / "tests" / SPEC.name
+    spec.write_text(
+        spec.read_text()
+        + "\n\n@pytest.mark.gpu\n@pytest.mark.points(5)\ndef test_on_the_gpu():\n"
+        + "    import torch\n\n    assert torch.cuda.is_available()\n"
+    )
+    later = dataclasses.replace(task, spec_file=str(spec))
+    (r,) = runner.grade([later], runner.Options(timing="off", timeout=TIMEOUT), {later.task_id: REFERENCE})
+    assert r.verdict == Verdict.PASS, r.message
+    ran = [t.name for t in r.tests]
+    if toolchain.has_gpu():
+        assert "test_on_the_gpu" in ran
+    else:
+        assert "test_on_the_gpu" not in ran and len(ran) == 4
+        assert any("1 GPU check not run" in n and "test_on_the_gpu" in n for n in r.notes), r.notes

@@ -1,0 +1,96 @@
+"""Lab 5 task 01 · LLaMA's operators on the CPU: the reference every GPU kernel is checked against.
+
+Implement: the CPU kernel of each operator of kiln_llm/ops.py (embedding, rmsnorm, linear,
+           linear_add, linear_swiglu, rope, kv_update, attention), in the TODO regions. The
+           chapter's sections "RMSNorm", "Rotary embeddings" and "Attention with a KV cache"
+           explain them.
+Contract:  a kernel `fn(node, args)` gets the node (its attrs and its output type) and its inputs
+           as CPU tensors, and returns a contiguous tensor of `node.type`, except `kv_update`,
+           which writes into the cache (its input 0) and returns it. Floats are F (f32, f16 or
+           bf16): compute in float32 and round to F once at the end, except rmsnorm, which rounds
+           the normalised x to F before multiplying by the weight in F (Hugging Face's
+           LlamaRMSNorm, so that checkpoints give HF's numbers). `pos` is an i64[1] tensor read at
+           run time: token t of this run sits at absolute position pos + t.
+           embedding: KilnRunError for a token outside [0, V). kv_update: KilnRunError when the
+           rows pos..pos+T-1 do not fit in the cache. attention: query t of head h attends cache
+           rows 0..pos+t of kv head h // (H / Hkv), and never reads a row past pos+T-1 (the
+           cache holds anything there: an earlier, longer conversation).
+Test:      make test-lab5 TASK=01
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from kiln.cpu import register_cpu
+from kiln.ir import Node
+from kiln.runtime import KilnRunError
+
+
+def _rows(node: Node, pos: torch.Tensor, n_tokens: int, cache_rows: int) -> int:
+    """The run-time position, checked: rows pos..pos+T-1 must lie in a cache of cache_rows."""
+    p = int(pos.item())
+    if p < 0 or p + n_tokens > cache_rows:
+        raise KilnRunError(
+            f"%{node.name} ({node.op}): pos {p} with {n_tokens} token(s) needs cache rows "
+            f"{p}..{p + n_tokens - 1}, the cache has rows 0..{cache_rows - 1}"
+        )
+    return p
+
+
+@register_cpu("embedding")
+def embedding(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
+    # TODO(lab5/01) begin: table[tokens] (T, D); refuse a token outside [0, V); see the chapter's section "Embedding"
+    raise NotImplementedError("lab5/01: embedding")  # ~
+    # TODO(lab5/01) end
+
+
+@register_cpu("rmsnorm")
+def rmsnorm(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
+    # TODO(lab5/01) begin: normalise in fp32, round to F, then times w in F (about 3 lines); see "RMSNorm"
+    raise NotImplementedError("lab5/01: rmsnorm")  # ~
+    # TODO(lab5/01) end
+
+
+@register_cpu("linear")
+def linear(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
+    # TODO(lab5/01) begin: x @ w.T, fp32 accumulation, one rounding (1 line)
+    raise NotImplementedError("lab5/01: linear")  # ~
+    # TODO(lab5/01) end
+
+
+@register_cpu("linear_add")
+def linear_add(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
+    # TODO(lab5/01) begin: x @ w.T + r, all in fp32, one rounding (1 line)
+    raise NotImplementedError("lab5/01: linear_add")  # ~
+    # TODO(lab5/01) end
+
+
+@register_cpu("linear_swiglu")
+def linear_swiglu(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
+    # TODO(lab5/01) begin: silu(x @ w1.T) * (x @ w3.T), all in fp32, one rounding (about 3 lines)
+    raise NotImplementedError("lab5/01: linear_swiglu")  # ~
+    # TODO(lab5/01) end
+
+
+@register_cpu("rope")
+def rope(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
+    # TODO(lab5/01) begin: turn pair j by (pos + t) * inv_freq[j] in fp32, in the node's layout; see "Rotary embeddings"
+    raise NotImplementedError("lab5/01: rope")  # ~
+    # TODO(lab5/01) end
+
+
+@register_cpu("kv_update")
+def kv_update(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
+    # TODO(lab5/01) begin: cache[pos:pos+T] = value, refused when it does not fit; return the cache itself
+    raise NotImplementedError("lab5/01: kv_update")  # ~
+    # TODO(lab5/01) end
+
+
+@register_cpu("attention")
+def attention(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
+    # TODO(lab5/01) begin: causal GQA over the filled prefix only, softmax in fp32; see "Attention with a KV cache"
+    raise NotImplementedError("lab5/01: attention")  # ~
+    # TODO(lab5/01) end

@@ -1,0 +1,167 @@
+"""The CUDA lowerings of lab 5's operators, and the kernels they launch (given code).
+
+Importing this module registers, with lab 4's `kiln.cuda.register_cuda`, one lowering per
+operator of kiln_llm/ops.py except `fused` (codegen.py lowers that one): embedding, rmsnorm, rope,
+kv_update, attention (task 02's kernels, kernels/llama.cu) and linear, linear_add, linear_swiglu
+(task 03's, kernels/linear.cu). Every kernel exists for f32, f16 and bf16; the node's dtype picks
+the symbol (kiln_rmsnorm_f16 for an f16 node). The entry points and their contracts are in
+kernels/llm_kernels.h.
+
+The lowerings follow lab 4's rules (lab4/kiln/cuda.py): a lowering runs once, when the executor is
+built, and fixes every pointer (into the executor's arena) and every size; the launch it returns
+only calls the kernel on the executor's stream and returns the cudaError_t. What changes from run
+to run, the position `pos` and the token ids, are DEVICE tensors of the arena (the graph's inputs)
+that the kernels read when they run, so a captured CUDA graph replays with the new values.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from pathlib import Path
+from typing import Any
+
+from kiln.cuda import CudaExecutor, Launch, ptr, register_cuda
+from kiln.ir import Node
+from kiln.runtime import KilnRunError
+
+KERNELS = Path(__file__).parent / "kernels"
+SUFFIXES = ("f32", "f16", "bf16")
+LAYOUTS = {"half": 0, "interleaved": 1}  # kiln_rope's layout argument
+EPILOGUES = {"linear": 0, "linear_add": 1, "linear_swiglu": 2}  # kiln_linear's epilogue argument
+
+_P = ctypes.c_void_p
+_I64 = ctypes.c_int64
+_F32 = ctypes.c_float
+_INT = ctypes.c_int
+# the entry points of kernels/llm_kernels.h without their suffix: (argtypes), each returns cudaError_t
+_ARGTYPES: dict[str, list[Any]] = {
+    "kiln_embedding": [_P, _P, _P, _I64, _I64, _I64, _P],
+    "kiln_rmsnorm": [_P, _P, _P, _I64, _I64, _F32, _P],
+    "kiln_rope": [_P, _P, _P, _P, _I64, _I64, _I64, _INT, _P],
+    "kiln_kv_update": [_P, _P, _P, _I64, _I64, _I64, _P],
+    "kiln_attention": [_P, _P, _P, _P, _P, _I64, _I64, _I64, _I64, _I64, _F32, _P],
+    "kiln_linear": [_INT, _P, _P, _P, _P, _I64, _I64, _I64, _P],
+}
+SIGNATURES: dict[str, list[Any]] = {f"{name}_{s}": args for name, args in _ARGTYPES.items() for s in SUFFIXES}
+
+
+@functools.cache
+def load_kernels() -> ctypes.CDLL:
+    """Every kiln_llm/kernels/*.cu built into one shared library (the grader's cached nvcc build)."""
+    from grader.build.nvcc import BuildUnit, build_all
+    from grader.toolchain import ToolchainError
+
+    sources = tuple(sorted(KERNELS.glob("*.cu")))
+    if not sources:
+        raise KilnRunError(f"no CUDA sources in {KERNELS}")
+    unit = BuildUnit(
+        name="kiln_llm kernels",
+        sources=sources,
+        group="lab5",
+        stem="llm_kernels",
+        # the kernels include "kiln_llm/kernels/llm_kernels.h": the folder above the package
+        include_dirs=(Path(__file__).parent.parent,),
+    )
+    try:
+        result = build_all([unit])[unit]
+    except ToolchainError as e:
+        raise KilnRunError(f"cannot build kiln_llm's kernels: {e}") from None
+    if not result.ok or result.lib is None:
+        raise KilnRunError(f"building kiln_llm's kernels ({', '.join(s.name for s in sources)}) failed: {result.error}")
+    lib = ctypes.CDLL(str(result.lib))
+    missing = [name for name in SIGNATURES if not hasattr(lib, name)]
+    if missing:
+        raise KilnRunError(f"kiln_llm's kernels do not define {', '.join(missing)} (see kernels/llm_kernels.h)")
+    for name, argtypes in SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes = argtypes
+        fn.restype = ctypes.c_int
+    return lib
+
+
+def kernel(name: str, node: Node) -> Any:
+    """The entry point `name` for the node's dtype: kernel("kiln_rmsnorm", node) -> kiln_rmsnorm_f16,
+    from lab 5's library (loaded once per process; lab 4's ex.lib holds lab 4's kernels)."""
+    suffix = node.type.dtype.short
+    if suffix not in SUFFIXES:
+        raise KilnRunError(f"%{node.name} ({node.op}) is {node.type}: lab 5's kernels take f32, f16 or bf16")
+    return getattr(load_kernels(), f"{name}_{suffix}")
+
+
+def _tensors(ex: CudaExecutor, node: Node) -> list[ctypes.c_void_p]:
+    """The node's output, then its inputs, as device pointers into the arena."""
+    return [ptr(ex.tensors[node])] + [ptr(ex.tensors[i]) for i in node.inputs]
+
+
+# --- task 02's kernels ------------------------------------------------------------------------------
+
+
+@register_cuda("embedding")
+def lower_embedding(ex: CudaExecutor, node: Node) -> Launch:
+    out, table, tokens = _tensors(ex, node)
+    vocab, d = node.inputs[0].type.shape
+    n_tokens = node.inputs[1].type.shape[0]
+    fn, stream = kernel("kiln_embedding", node), ex.stream_handle
+    return lambda: fn(out, table, tokens, n_tokens, vocab, d, stream)
+
+
+@register_cuda("rmsnorm")
+def lower_rmsnorm(ex: CudaExecutor, node: Node) -> Launch:
+    out, x, w = _tensors(ex, node)
+    d = node.type.shape[-1]
+    rows = node.type.numel // d  # every leading dim is a row: (T, D) or (B, T, D)
+    eps = float(node.attrs["eps"])
+    fn, stream = kernel("kiln_rmsnorm", node), ex.stream_handle
+    return lambda: fn(out, x, w, rows, d, eps, stream)
+
+
+@register_cuda("rope")
+def lower_rope(ex: CudaExecutor, node: Node) -> Launch:
+    out, x, pos, inv_freq = _tensors(ex, node)
+    n_tokens, heads, dh = node.type.shape
+    layout = LAYOUTS[node.attrs["layout"]]
+    fn, stream = kernel("kiln_rope", node), ex.stream_handle
+    return lambda: fn(out, x, pos, inv_freq, n_tokens, heads, dh, layout, stream)
+
+
+@register_cuda("kv_update")
+def lower_kv_update(ex: CudaExecutor, node: Node) -> Launch:
+    # the node is a view of its cache (view_of=0): its output IS input 0's memory, written in place
+    _, cache, value, pos = _tensors(ex, node)
+    cache_rows, kv_heads, dh = node.inputs[0].type.shape
+    n_tokens = node.inputs[1].type.shape[0]
+    fn, stream = kernel("kiln_kv_update", node), ex.stream_handle
+    return lambda: fn(cache, value, pos, cache_rows, n_tokens, kv_heads * dh, stream)
+
+
+@register_cuda("attention")
+def lower_attention(ex: CudaExecutor, node: Node) -> Launch:
+    out, q, k, v, pos = _tensors(ex, node)  # k and v: the kv_update views, i.e. the caches
+    n_tokens, heads, dh = node.inputs[0].type.shape
+    cache_rows, kv_heads, _ = node.inputs[1].type.shape
+    scale = float(node.attrs["scale"])
+    fn, stream = kernel("kiln_attention", node), ex.stream_handle
+    return lambda: fn(out, q, k, v, pos, n_tokens, heads, kv_heads, dh, cache_rows, scale, stream)
+
+
+# --- task 03's kernels ------------------------------------------------------------------------------
+
+
+def _lower_linear(ex: CudaExecutor, node: Node) -> Launch:
+    """linear (x, w), linear_add (x, w, r), linear_swiglu (x, w1, w3): one kiln_linear call, the
+    third input (if any) is its `extra`."""
+    out, x, w, *rest = _tensors(ex, node)
+    extra = rest[0] if rest else ctypes.c_void_p(None)
+    m, k = node.inputs[0].type.shape
+    n = node.inputs[1].type.shape[0]
+    epilogue = EPILOGUES[node.op]
+    fn, stream = kernel("kiln_linear", node), ex.stream_handle
+    return lambda: fn(epilogue, out, x, w, extra, m, n, k, stream)
+
+
+for _op in EPILOGUES:
+    register_cuda(_op)(_lower_linear)
+
+
+__all__ = ["SIGNATURES", "kernel", "load_kernels"]

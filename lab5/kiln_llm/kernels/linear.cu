@@ -1,0 +1,343 @@
+// Lab 5 · Task 03 — linear: a GEMV at the memory roofline for decode, a tensor-core GEMM for prefill
+//
+// Implement: gemv_kernel (m <= 8: each warp streams one or two rows of w in 16-byte packets, the
+//            next stage of packets loaded while the current one is multiplied, x's rows read
+//            through L1, float32 sums reduced by warp shuffles), gemm_tc_kernel (m > 8, f16/bf16:
+//            128 x 128 tiles on the tensor cores through WMMA, the tiles of x and w staged by
+//            cp.async into two shared-memory stages) and the dispatch in linear_epi() between them;
+//            gemm_simt_kernel (f32 prefill, lab 4's tiled SGEMM) is given.
+// Contract:  DEVICE data, dense, row-major; x (m, k), w (n, k) like nn.Linear's weight, out (m, n).
+//            out = x @ w.T summed in float32 and rounded once to T, after the epilogue:
+//              0: nothing; 1: + extra (m, n); 2: silu(x @ w.T) * (x @ extra.T), extra a second
+//              weight (n, k). out overlaps nothing; inputs are read-only.
+//            m, n, k >= 0 (m or n == 0: nothing to do); any m, n (no multiple of a tile needed);
+//            k % 8 == 0 for f16 and bf16, else cudaErrorInvalidValue; f32 takes any k. Pointers
+//            are 16-byte aligned by the header's contract; a call whose aren't (or f32 with k % 4
+//            != 0) takes the scalar-load path, right but slower. 64-bit offsets throughout.
+//            Launches only on `stream`, never synchronizes or allocates, returns the launch's error.
+// Test:      make test-lab5 TASK=03
+
+#include "kiln_llm/kernels/llm_kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include <cstdint>
+
+// ---- element types ------------------------------------------------------------------------------
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+    return v;
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) {
+    return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+
+// silu(a) = a * sigmoid(a) = a / (1 + e^-a): for a very negative e^-a is inf and the quotient -0, no NaN.
+__device__ __forceinline__ float silu(float a) { return a / (1.0f + expf(-a)); }
+
+// VEC consecutive elements of a row, loaded as one: 16 bytes (8 halves or 4 floats) on the fast
+// path, one element (VEC = 1) on the fallback for rows that are not 16-byte aligned.
+template <typename T, int VEC>
+struct alignas(sizeof(T) * VEC) Packet {
+    T v[VEC];
+};
+
+// A packet of w, read once and never again: ld.global.nc (the read-only path) with
+// L1::no_allocate, so the stream of weights does not evict x's rows, which every warp re-reads from L1.
+template <typename T, int VEC>
+__device__ __forceinline__ Packet<T, VEC> load_stream(const T* p) {
+    Packet<T, VEC> r;
+    if constexpr (sizeof(T) * VEC == 16) {
+        uint4 u;
+        asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+            : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
+            : "l"(p));
+        *reinterpret_cast<uint4*>(&r) = u;
+    } else {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) r.v[i] = p[i];
+    }
+    return r;
+}
+
+// A packet of x: small and read by every warp of the grid, so it stays in L1 / L2.
+template <typename T, int VEC>
+__device__ __forceinline__ Packet<T, VEC> load_cached(const T* p) {
+    Packet<T, VEC> r;
+    if constexpr (sizeof(T) * VEC == 16) {
+        *reinterpret_cast<uint4*>(&r) = __ldg(reinterpret_cast<const uint4*>(p));
+    } else {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) r.v[i] = p[i];
+    }
+    return r;
+}
+
+// acc + sum_i w[i] * x[i], in float32.
+template <typename T, int VEC>
+__device__ __forceinline__ float dot(float acc, const Packet<T, VEC>& w, const Packet<T, VEC>& x) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) acc = fmaf(to_float(w.v[i]), to_float(x.v[i]), acc);
+    return acc;
+}
+
+// The value of out[row][col] from the float32 sum(s) and the epilogue, rounded once.
+template <typename T, int EPI>
+__device__ __forceinline__ T finish(float acc, float acc3, const T* extra, int64_t idx) {
+    if constexpr (EPI == 1) acc += to_float(extra[idx]);
+    if constexpr (EPI == 2) acc = silu(acc) * acc3;
+    return from_float<T>(acc);
+}
+
+// ---- decode: GEMV (m <= 8) ------------------------------------------------------------------------
+
+constexpr int MAX_GEMV_M = 8;   // rows of x the GEMV takes; more go to the GEMM
+constexpr int GEMV_WARPS = 4;   // warps per block
+constexpr int GEMV_PACKETS = 4;  // packets of w per lane in one stage of the pipeline (spread over its rows)
+constexpr int GEMV_THREADS = GEMV_WARPS * 32;
+
+// Rows of w per warp for M rows of x and NW weights. One row per warp gives the most warps to keep
+// loads in flight (n = 4096 is 4096 warps, 31 per SM of an H100); from 4 rows of x on, each packet
+// of x, re-read from L1 for every row of w, would cost L1 as much as DRAM delivers, so a warp takes
+// two rows of w and reads each packet of x once for both. Swiglu already reads two rows (of w and
+// w3) per packet of x, and twice the sums would not fit in registers.
+__host__ __device__ constexpr int gemv_rows(int m, int nw) { return m >= 4 && nw == 1 ? 2 : 1; }
+
+// out (m, n) = x (m, k) @ w (n, k).T (+ epilogue), m <= M. Warp j of block b owns rows
+// (b * GEMV_WARPS + j) * ROWS ... + ROWS - 1 of w (and of w3 = extra for swiglu); lane l reads
+// packets l, l + 32, l + 64, ... of each row, so one warp instruction reads 512 contiguous bytes
+// of a row. Every lane keeps M x ROWS (x 2 for swiglu) partial sums; a butterfly of
+// shuffles gives every lane the totals, and the lanes write them out, one output each.
+template <typename T, int VEC, int M, int EPI>
+__global__ void __launch_bounds__(GEMV_THREADS)
+    gemv_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ extra,
+                int m, int64_t n, int64_t k) {
+    constexpr int NW = EPI == 2 ? 2 : 1;  // weight matrices read: w, and w3 (extra) for swiglu
+    constexpr int ROWS = gemv_rows(M, NW);  // rows of w per warp
+    constexpr int S = ROWS * NW;          // row streams per warp: stream s reads row s % ROWS of weight s / ROWS
+    constexpr int STEP = 32 * VEC;        // elements of a row one warp instruction covers
+    using P = Packet<T, VEC>;
+    // TODO(lab5/03) begin: find this warp's ROWS rows (clamped to n - 1 for reading), clear M x S float32 sums, walk k by stages of U * STEP: start loading the next stage's U x S packets of w, then multiply the current stage's with a packet of every row of x and add the products; finish the tail of k one STEP at a time (a lane whose packet starts at or past k reads nothing); reduce every sum over the warp with shuffles and write the rows below n through finish(); see the chapter's section "Decode is a GEMV: streaming the weights"; about 50 lines; try m = 1, n = 9, k = 8 and m = 5, n = 1003, k = 1000.
+    // TODO(lab5/03) end
+}
+
+// ---- prefill: GEMM on the tensor cores (m > 8, f16 / bf16) --------------------------------------
+
+constexpr int TC_BM = 128;              // rows of x (and of out) per block
+constexpr int TC_BROWS = 128;           // rows of weights per block: 128 of w, or 64 of w and 64 of w3
+constexpr int TC_BK = 32;               // the step along k: one stage
+constexpr int TC_LD = TC_BK + 8;        // a staged row, padded by 16 bytes so WMMA's row reads spread over the banks
+constexpr int TC_CHUNKS = TC_BK / 8;    // 16-byte chunks per staged row
+constexpr int TC_THREADS = 256;         // 8 warps: 2 along m (64 rows each) x 4 along n
+constexpr int TC_STAGE = (TC_BM + TC_BROWS) * TC_LD;  // elements of one stage: x's tile, then the weights'
+constexpr int FRAG = 16;                // WMMA's m16n16k16 fragment
+
+static_assert((TC_BM + TC_BROWS) * TC_CHUNKS % TC_THREADS == 0, "every thread copies the same number of chunks");
+static_assert(2 * TC_STAGE * 2 <= 48 * 1024, "two stages of 16-bit elements fit in static shared memory");
+
+// 16 bytes global -> shared without passing through registers (sm_80+); src_bytes = 0 writes 16
+// zero bytes and reads nothing: the tails of m, n and k are staged as zeros.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool full) {
+    const unsigned int dst = static_cast<unsigned int>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(full ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// wait until at most N of this thread's committed groups are still in flight
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// out (m, n) = x (m, k) @ w (n, k).T (+ epilogue). Block b covers rows m0 .. m0 + 127 of x and
+// columns n0 .. n0 + BN - 1 of out, with m's tile varying fastest across blocks, so that the blocks
+// running together share one tile of w (read once from DRAM) and x (small) stays in L2.
+// w's tile (BN, k-step) is, read column-major, the (k-step, BN) operand B of WMMA: no transpose.
+template <typename T, int EPI>
+__global__ void __launch_bounds__(TC_THREADS)
+    gemm_tc_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ extra,
+                   int64_t m, int64_t n, int64_t k, int64_t m_tiles) {
+    using namespace nvcuda;
+    constexpr int NW = EPI == 2 ? 2 : 1;
+    constexpr int BN = TC_BROWS / NW;    // columns of out per block
+    constexpr int WN = BN / 4;           // columns of out per warp
+    constexpr int FM = 64 / FRAG;        // fragments per warp along m
+    constexpr int FN = WN / FRAG;        // fragments per warp along n, per weight
+    __shared__ __align__(128) T smem[2 * TC_STAGE];
+    // TODO(lab5/03) begin: clear NW x FM x FN float accumulator fragments; stage step 0 with cp.async (zeros past m, n and k), then for every step of k: start staging the next step into the other stage, wait for this step's group, __syncthreads, multiply this stage's tiles on the tensor cores (A row-major from x's rows, B column-major from w's rows), __syncthreads; finally store every fragment through a per-warp scratch (the stages' memory, now free) and write the elements inside out through finish(); see the chapter's section "Prefill is a GEMM: tensor cores and cp.async"; about 70 lines; try m = 9, 129 and n = 33 at k = 8, 40 and 1000.
+    // TODO(lab5/03) end
+}
+
+// ---- prefill on CUDA cores: f32, and rows that are not 16-byte aligned (given) ---------------------
+
+constexpr int ST_BM = 64, ST_BN = 64, ST_BK = 16, ST_TM = 4, ST_TN = 4;
+constexpr int ST_THREADS = (ST_BM / ST_TM) * (ST_BN / ST_TN);  // 256
+
+// Lab 4's tiled SGEMM with w read transposed (w's rows are out's columns) and the epilogue: x's
+// and w's tiles staged in shared memory as float32, a 4 x 4 block of out per thread.
+template <typename T, int EPI>
+__global__ void __launch_bounds__(ST_THREADS)
+    gemm_simt_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ w,
+                     const T* __restrict__ extra, int64_t m, int64_t n, int64_t k, int64_t m_tiles) {
+    constexpr int NW = EPI == 2 ? 2 : 1;
+    __shared__ __align__(16) float xs[ST_BK][ST_BM + 4];
+    __shared__ __align__(16) float ws[NW][ST_BK][ST_BN + 4];
+    const int tid = threadIdx.x, tx = tid % (ST_BN / ST_TN), ty = tid / (ST_BN / ST_TN);
+    const int64_t m0 = (static_cast<int64_t>(blockIdx.x) % m_tiles) * ST_BM;
+    const int64_t n0 = (static_cast<int64_t>(blockIdx.x) / m_tiles) * ST_BN;
+    float acc[NW][ST_TM][ST_TN] = {};
+    for (int64_t k0 = 0; k0 < k; k0 += ST_BK) {
+        // consecutive threads read consecutive k of one row of x or w: 64-byte runs
+#pragma unroll
+        for (int e = tid; e < ST_BM * ST_BK; e += ST_THREADS) {
+            const int r = e / ST_BK, kk = e % ST_BK;
+            const int64_t gr = m0 + r, gk = k0 + kk;
+            xs[kk][r] = (gr < m && gk < k) ? to_float(x[gr * k + gk]) : 0.0f;
+#pragma unroll
+            for (int s = 0; s < NW; ++s) {
+                const int64_t gc = n0 + r;  // ST_BM == ST_BN: the same (r, kk) walk covers w's tile
+                ws[s][kk][r] = (gc < n && gk < k) ? to_float((s == 0 ? w : extra)[gc * k + gk]) : 0.0f;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < ST_BK; ++kk) {
+            const float4 xv = *reinterpret_cast<const float4*>(&xs[kk][ty * ST_TM]);
+            const float xr[ST_TM] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+            for (int s = 0; s < NW; ++s) {
+                const float4 wv = *reinterpret_cast<const float4*>(&ws[s][kk][tx * ST_TN]);
+                const float wr[ST_TN] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+                for (int i = 0; i < ST_TM; ++i) {
+#pragma unroll
+                    for (int j = 0; j < ST_TN; ++j) acc[s][i][j] = fmaf(xr[i], wr[j], acc[s][i][j]);
+                }
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < ST_TM; ++i) {
+#pragma unroll
+        for (int j = 0; j < ST_TN; ++j) {
+            const int64_t row = m0 + ty * ST_TM + i, col = n0 + tx * ST_TN + j;
+            if (row < m && col < n) {
+                const int64_t idx = row * n + col;
+                out[idx] = finish<T, EPI>(acc[0][i][j], acc[NW - 1][i][j], extra, idx);
+            }
+        }
+    }
+}
+static_assert(ST_BM == ST_BN, "gemm_simt_kernel stages x's and w's tiles with one walk");
+
+// ---- dispatch -------------------------------------------------------------------------------------
+
+static bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <typename T, int VEC, int M, int EPI>
+static void launch_gemv(T* out, const T* x, const T* w, const T* extra, int64_t m, int64_t n, int64_t k,
+                        cudaStream_t stream) {
+    constexpr int64_t rows_per_block = GEMV_WARPS * gemv_rows(M, EPI == 2 ? 2 : 1);
+    const int64_t blocks = (n + rows_per_block - 1) / rows_per_block;
+    gemv_kernel<T, VEC, M, EPI>
+        <<<static_cast<unsigned int>(blocks), GEMV_THREADS, 0, stream>>>(out, x, w, extra, static_cast<int>(m), n, k);
+}
+
+// m (1 .. 8) rounded up to the next compiled size: 1, 2, 4 or 8 rows of sums per lane
+template <typename T, int VEC, int EPI>
+static void gemv_for_m(T* out, const T* x, const T* w, const T* extra, int64_t m, int64_t n, int64_t k,
+                       cudaStream_t stream) {
+    if (m == 1) {
+        launch_gemv<T, VEC, 1, EPI>(out, x, w, extra, m, n, k, stream);
+    } else if (m == 2) {
+        launch_gemv<T, VEC, 2, EPI>(out, x, w, extra, m, n, k, stream);
+    } else if (m <= 4) {
+        launch_gemv<T, VEC, 4, EPI>(out, x, w, extra, m, n, k, stream);
+    } else {
+        launch_gemv<T, VEC, MAX_GEMV_M, EPI>(out, x, w, extra, m, n, k, stream);
+    }
+}
+
+template <typename T, int EPI>
+static void launch_gemm(bool tensor_cores, T* out, const T* x, const T* w, const T* extra, int64_t m, int64_t n,
+                        int64_t k, cudaStream_t stream) {
+    if constexpr (sizeof(T) == 2) {
+        if (tensor_cores) {
+            const int64_t m_tiles = (m + TC_BM - 1) / TC_BM, bn = TC_BROWS / (EPI == 2 ? 2 : 1);
+            const int64_t blocks = m_tiles * ((n + bn - 1) / bn);
+            gemm_tc_kernel<T, EPI>
+                <<<static_cast<unsigned int>(blocks), TC_THREADS, 0, stream>>>(out, x, w, extra, m, n, k, m_tiles);
+            return;
+        }
+    }
+    const int64_t m_tiles = (m + ST_BM - 1) / ST_BM;
+    const int64_t blocks = m_tiles * ((n + ST_BN - 1) / ST_BN);
+    gemm_simt_kernel<T, EPI>
+        <<<static_cast<unsigned int>(blocks), ST_THREADS, 0, stream>>>(out, x, w, extra, m, n, k, m_tiles);
+}
+
+template <typename T, int EPI>
+static void linear_epi(bool vec, T* out, const T* x, const T* w, const T* extra, int64_t m, int64_t n, int64_t k,
+                       cudaStream_t stream) {
+    // TODO(lab5/03) begin: m <= MAX_GEMV_M: the GEMV, with 16-byte packets (16 / sizeof(T) elements) when `vec` and single elements otherwise; else the GEMM on the tensor cores when `vec` (launch_gemm picks CUDA cores for f32); see the chapter's section "Decode is a GEMV: streaming the weights"; about 8 lines.
+    // TODO(lab5/03) end
+}
+
+template <typename T>
+static cudaError_t linear(int epilogue, T* out, const T* x, const T* w, const T* extra, int64_t m, int64_t n,
+                         int64_t k, cudaStream_t stream) {
+    constexpr int64_t VEC = 16 / sizeof(T);
+    if (epilogue < 0 || epilogue > 2 || m < 0 || n < 0 || k < 0) return cudaErrorInvalidValue;
+    if (epilogue != 0 && extra == nullptr) return cudaErrorInvalidValue;
+    if (sizeof(T) == 2 && k % 8 != 0) return cudaErrorInvalidValue;
+    // one launch covers at most 2^31 - 1 blocks (grid.x), and the GEMV's rows of x are int
+    if ((n + GEMV_WARPS - 1) / GEMV_WARPS > INT32_MAX ||
+        ((m + ST_BM - 1) / ST_BM) * ((n + ST_BN - 1) / ST_BN) > INT32_MAX) {
+        return cudaErrorInvalidValue;
+    }
+    if (m == 0 || n == 0) return cudaSuccess;
+    // 16-byte packets need every row of x and of the weights to start on a 16-byte boundary
+    const bool vec = k % VEC == 0 && aligned16(x) && aligned16(w) && (epilogue != 2 || aligned16(extra));
+    switch (epilogue) {
+        case 0:
+            linear_epi<T, 0>(vec, out, x, w, extra, m, n, k, stream);
+            break;
+        case 1:
+            linear_epi<T, 1>(vec, out, x, w, extra, m, n, k, stream);
+            break;
+        default:
+            linear_epi<T, 2>(vec, out, x, w, extra, m, n, k, stream);
+            break;
+    }
+    return cudaGetLastError();
+}
+
+COURSE_API cudaError_t kiln_linear_f32(int epilogue, float* out, const float* x, const float* w, const float* extra,
+                                       int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
+    return linear<float>(epilogue, out, x, w, extra, m, n, k, stream);
+}
+
+COURSE_API cudaError_t kiln_linear_f16(int epilogue, __half* out, const __half* x, const __half* w,
+                                       const __half* extra, int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
+    return linear<__half>(epilogue, out, x, w, extra, m, n, k, stream);
+}
+
+COURSE_API cudaError_t kiln_linear_bf16(int epilogue, __nv_bfloat16* out, const __nv_bfloat16* x,
+                                        const __nv_bfloat16* w, const __nv_bfloat16* extra, int64_t m, int64_t n,
+                                        int64_t k, cudaStream_t stream) {
+    return linear<__nv_bfloat16>(epilogue, out, x, w, extra, m, n, k, stream);
+}

@@ -1,0 +1,401 @@
+// Lab 5 · Task 02 — the LLaMA kernels: embedding, RMSNorm, RoPE, the KV-cache update and attention
+//
+// Implement: the kernel bodies in the TODO regions: copy_rows_kernel (embedding and kv_update are
+//            both row copies), rmsnorm_kernel, rope_kernel, and attention in two paths:
+//            decode (n_tokens <= DECODE_MAX_TOKENS): flash-decoding, the filled prefix split across
+//            blocks (attention_split_kernel: a partial max, sum and weighted sum per split) and
+//            a combine step (attention_combine_kernel); prefill: a fused flash-attention forward
+//            (attention_prefill_kernel: online softmax over key tiles staged in shared memory).
+// Contract:  kiln_llm/kernels/llm_kernels.h, for float, __half and __nv_bfloat16 (the _f32, _f16
+//            and _bf16 symbols). Arithmetic in float32, one rounding at the end (RMSNorm: HF's two).
+//            pos and the tokens are DEVICE memory, read when the kernel runs (a CUDA graph replays
+//            with new ones). Attention reads cache rows 0 .. pos + n_tokens - 1 only, GQA: query
+//            head h reads kv head h / (heads / kv_heads). Launches only on `stream`, never
+//            synchronizes or allocates, returns the launch's error.
+// Test:      make test-lab5 TASK=02
+
+#include "kiln_llm/kernels/llm_kernels.h"
+
+#include <cstdint>
+
+constexpr int THREADS = 256;
+constexpr int64_t MAX_BLOCKS = 4096;  // grid-stride loops cover the rest (lab 4's pointwise.cu)
+
+[[maybe_unused]] static unsigned int blocks_for(int64_t n) {
+    const int64_t blocks = (n + THREADS - 1) / THREADS;
+    return static_cast<unsigned int>(blocks < 1 ? 1 : (blocks < MAX_BLOCKS ? blocks : MAX_BLOCKS));
+}
+
+static bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// int64 min and max on both sides (CUDA's min and max overloads differ between host and device)
+__host__ __device__ constexpr int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+__host__ __device__ constexpr int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// ---- element types: float32 in registers, T in memory ---------------------------------------------
+
+template <typename T>
+__device__ __forceinline__ float to_f(T x);
+template <>
+__device__ __forceinline__ float to_f<float>(float x) {
+    return x;
+}
+template <>
+__device__ __forceinline__ float to_f<__half>(__half x) {
+    return __half2float(x);
+}
+template <>
+__device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 x) {
+    return __bfloat162float(x);
+}
+
+template <typename T>
+__device__ __forceinline__ T from_f(float x);
+template <>
+__device__ __forceinline__ float from_f<float>(float x) {
+    return x;
+}
+template <>
+__device__ __forceinline__ __half from_f<__half>(float x) {
+    return __float2half_rn(x);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) {
+    return __float2bfloat16_rn(x);
+}
+
+// One 16-byte vector of T: 4 floats or 8 halves; loaded and stored as a uint4 (one instruction).
+template <typename T>
+constexpr int VEC = 16 / static_cast<int>(sizeof(T));
+
+// The bits of one element <-> float32, so that a 16-byte vector stays in registers (a reinterpret_cast
+// of a local uint4 would put it on the stack).
+template <typename T>
+__device__ __forceinline__ float bits_to_f(uint32_t b);
+template <>
+__device__ __forceinline__ float bits_to_f<float>(uint32_t b) {
+    return __uint_as_float(b);
+}
+template <>
+__device__ __forceinline__ float bits_to_f<__half>(uint32_t b) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(b)));
+}
+template <>
+__device__ __forceinline__ float bits_to_f<__nv_bfloat16>(uint32_t b) {
+    return __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(b)));
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t f_to_bits(float x);
+template <>
+__device__ __forceinline__ uint32_t f_to_bits<float>(float x) {
+    return __float_as_uint(x);
+}
+template <>
+__device__ __forceinline__ uint32_t f_to_bits<__half>(float x) {
+    return __half_as_ushort(__float2half_rn(x));
+}
+template <>
+__device__ __forceinline__ uint32_t f_to_bits<__nv_bfloat16>(float x) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+
+template <typename T>
+__device__ __forceinline__ void load_vec(const T* p, float (&f)[VEC<T>]) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+    constexpr int PER_WORD = VEC<T> / 4;  // 1 float or 2 halves in each 32-bit word
+    constexpr int BITS = 32 / PER_WORD;
+#pragma unroll
+    for (int i = 0; i < VEC<T>; ++i) {
+        const uint32_t w = words[i / PER_WORD] >> (BITS * (i % PER_WORD));
+        f[i] = bits_to_f<T>(PER_WORD == 1 ? w : (w & 0xffffu));
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void store_vec(T* p, const float (&f)[VEC<T>]) {
+    constexpr int PER_WORD = VEC<T> / 4;
+    constexpr int BITS = 32 / PER_WORD;
+    uint32_t words[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int i = 0; i < VEC<T>; ++i) words[i / PER_WORD] |= f_to_bits<T>(f[i]) << (BITS * (i % PER_WORD));
+    *reinterpret_cast<uint4*>(p) = make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+
+// exp2(m_old - m_new), the factor that moves a running sum from max m_old to max m_new; 0 for a
+// sum that has seen nothing yet (m_old = -inf), where the formula would give exp2(-inf - -inf) = NaN.
+__device__ __forceinline__ float rescale(float m_old, float m_new) {
+    return m_old == -INFINITY ? 0.0f : exp2f(m_old - m_new);
+}
+
+// ---- embedding and kv_update: row copies ----------------------------------------------------------
+// Both move whole rows without arithmetic, so they copy bits in units of U: uint4 (16 bytes) when the
+// rows and pointers allow it, else one element (uint16_t or uint32_t).
+
+template <int BYTES>
+struct Bits;
+template <>
+struct Bits<2> {
+    using type = uint16_t;
+};
+template <>
+struct Bits<4> {
+    using type = uint32_t;
+};
+
+// dst (n_rows, row_units)[row_of(r)] = src (n_rows, row_units)[r], where
+//   mode 0 (embedding): src row tokens[r] of a table of `limit` rows -> dst row r; a token outside
+//                       [0, limit) writes zeros;
+//   mode 1 (kv_update): src row r -> dst row pos[0] + r of a cache of `limit` rows, skipped when
+//                       outside [0, limit).
+template <typename U>
+__global__ void copy_rows_kernel(int mode, U* __restrict__ dst, const U* __restrict__ src,
+                                 const int64_t* __restrict__ index, int64_t n_rows, int64_t limit, int64_t row_units) {
+    // TODO(lab5/02) begin: a grid-stride loop over n_rows * row_units units; per unit, the row r and the unit inside it, then the row to read (embedding: tokens[r], zeros when outside [0, limit)) or to write (kv_update: pos[0] + r, skipped when outside [0, limit)); see the chapter's section "Kernels that only move rows"; about 15 lines.
+    // TODO(lab5/02) end
+}
+
+template <typename T>
+static cudaError_t copy_rows(int mode, T* dst, const T* src, const int64_t* index, int64_t n_rows, int64_t limit,
+                             int64_t row_elems, cudaStream_t stream) {
+    if (n_rows < 0 || limit < 0 || row_elems < 0) return cudaErrorInvalidValue;
+    if (n_rows == 0 || row_elems == 0) return cudaSuccess;
+    const int64_t row_bytes = row_elems * static_cast<int64_t>(sizeof(T));
+    if (row_bytes % 16 == 0 && aligned16(dst) && aligned16(src)) {
+        const int64_t units = row_bytes / 16;
+        copy_rows_kernel<uint4><<<blocks_for(n_rows * units), THREADS, 0, stream>>>(
+            mode, reinterpret_cast<uint4*>(dst), reinterpret_cast<const uint4*>(src), index, n_rows, limit, units);
+    } else {
+        using U = typename Bits<sizeof(T)>::type;
+        copy_rows_kernel<U><<<blocks_for(n_rows * row_elems), THREADS, 0, stream>>>(
+            mode, reinterpret_cast<U*>(dst), reinterpret_cast<const U*>(src), index, n_rows, limit, row_elems);
+    }
+    return cudaGetLastError();
+}
+
+// ---- rmsnorm: one block per row --------------------------------------------------------------------
+
+constexpr int NORM_THREADS = 256;
+
+// The sum of v over the block (NORM_THREADS threads), in every thread: warps reduce by shuffles,
+// then the first warp reduces the warps' sums.
+__device__ float block_sum(float v) {
+    __shared__ float partial[NORM_THREADS / 32];
+    __shared__ float total;
+    v = warp_sum(v);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < NORM_THREADS / 32 ? partial[lane] : 0.0f;
+        v = warp_sum(v);
+        if (lane == 0) total = v;
+    }
+    __syncthreads();
+    return total;
+}
+
+// x (rows, d), w (d,) -> out (rows, d); block r normalizes row r. VECTOR: d % VEC<T> == 0 and every
+// pointer 16-byte aligned, so each thread moves whole 16-byte vectors; otherwise one element at a time.
+template <typename T, bool VECTOR>
+__global__ void __launch_bounds__(NORM_THREADS)
+    rmsnorm_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ w, int64_t d, float eps) {
+    // TODO(lab5/02) begin: the sum of x^2 over row blockIdx.x in float32 (strided over the threads, 16-byte vectors when VECTOR, then block_sum), r = rsqrt(sum / d + eps), then out = round(round(x * r) * w) element by element (HF's order); the row may be any length, not a multiple of the block; see the chapter's section "RMSNorm"; about 35 lines.
+    // TODO(lab5/02) end
+}
+
+template <typename T>
+static cudaError_t rmsnorm(T* out, const T* x, const T* w, int64_t rows, int64_t d, float eps, cudaStream_t stream) {
+    if (rows < 0 || d < 1 || rows > 0x7fffffff) return cudaErrorInvalidValue;
+    if (rows == 0) return cudaSuccess;
+    const unsigned int grid = static_cast<unsigned int>(rows);
+    if (d % VEC<T> == 0 && aligned16(out) && aligned16(x) && aligned16(w)) {
+        rmsnorm_kernel<T, true><<<grid, NORM_THREADS, 0, stream>>>(out, x, w, d, eps);
+    } else {
+        rmsnorm_kernel<T, false><<<grid, NORM_THREADS, 0, stream>>>(out, x, w, d, eps);
+    }
+    return cudaGetLastError();
+}
+
+// ---- rope: one thread per rotated pair --------------------------------------------------------------
+
+// x (n_tokens, heads, dh) -> out, same shape; pair j of (token t, head h) turns by (pos + t) * inv_freq[j].
+template <typename T>
+__global__ void rope_kernel(T* out, const T* x, const int64_t* __restrict__ pos, const float* __restrict__ inv_freq,
+                            int64_t n_tokens, int64_t heads, int64_t dh, int layout) {
+    // TODO(lab5/02) begin: a grid-stride loop over the n_tokens * heads * dh/2 pairs: the pair's token (its position pos[0] + t as a float), its j and its two elements by the layout (half: j and j + dh/2; interleaved: 2j and 2j + 1), the angle in float32, sincosf, both outputs rounded once; see the chapter's section "Rotary embeddings"; about 15 lines.
+    // TODO(lab5/02) end
+}
+
+template <typename T>
+static cudaError_t rope(T* out, const T* x, const int64_t* pos, const float* inv_freq, int64_t n_tokens, int64_t heads,
+                        int64_t dh, int layout, cudaStream_t stream) {
+    if (n_tokens < 0 || heads < 0 || dh < 2 || dh % 2 != 0 || (layout != 0 && layout != 1)) return cudaErrorInvalidValue;
+    const int64_t pairs = n_tokens * heads * (dh / 2);
+    if (pairs == 0) return cudaSuccess;
+    rope_kernel<T><<<blocks_for(pairs), THREADS, 0, stream>>>(out, x, pos, inv_freq, n_tokens, heads, dh, layout);
+    return cudaGetLastError();
+}
+
+// ---- attention ------------------------------------------------------------------------------------
+// Scores live in the log2 domain: q is scaled by scale * log2(e) once, so that exp(scale * q.k - m)
+// is exp2(q'.k - m') and every exponential is one exp2f.
+
+constexpr float LOG2E = 1.4426950408889634f;
+
+// decode: n_tokens <= DECODE_MAX_TOKENS. Block (split, h) reads keys [split * chunk, + chunk) of the
+// filled prefix once for the n_tokens queries of head h, and leaves per (h, split, t) the running max
+// m, the sum l of exp2(s - m) and the unnormalized sum of exp2(s - m) * v in a static scratch; block
+// (h, t) of the combine kernel merges the splits. The scratch is sized once for the largest model
+// the course runs (SCRATCH_ROWS partial rows of up to 128 floats); the host code makes the chunks
+// longer when heads * splits * n_tokens would not fit.
+constexpr int DECODE_MAX_TOKENS = 4;
+constexpr int DECODE_THREADS = 128;
+constexpr int MIN_CHUNK = 64;              // about this many keys per split (8 per group of lanes) or more
+constexpr int64_t MAX_SPLITS = 256;        // per head: more would only add partials to merge
+constexpr int64_t SCRATCH_ROWS = 1 << 15;  // 16 MiB of partial sums
+constexpr int MAX_DH = 128;
+
+__device__ float g_partial_acc[SCRATCH_ROWS * MAX_DH];  // (heads, splits, n_tokens, dh)
+__device__ float2 g_partial_ml[SCRATCH_ROWS];            // (heads, splits, n_tokens): (m, l)
+
+// Merges (m2, l2, acc2) into (m, l, acc): both running sums moved to the larger max.
+template <int N>
+__device__ __forceinline__ void merge(float& m, float& l, float (&acc)[N], float m2, float l2, const float (&acc2)[N]) {
+    const float mn = fmaxf(m, m2);
+    const float a = rescale(m, mn), b = rescale(m2, mn);
+    l = l * a + l2 * b;
+#pragma unroll
+    for (int i = 0; i < N; ++i) acc[i] = acc[i] * a + acc2[i] * b;
+    m = mn;
+}
+
+// q (n_tokens, heads, DH), k and v (cache_rows, kv_heads, DH) -> the partials of block (split, h).
+// A group of LANES = DH / VEC<T> consecutive threads works on one key at a time (each thread one
+// 16-byte vector of the row: one coalesced row read per group); the block's GROUPS groups take
+// every GROUPS-th key of the split, each with its own running (m, l, acc) per query, merged at the end.
+template <typename T, int DH>
+__global__ void __launch_bounds__(DECODE_THREADS)
+    attention_split_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                           const int64_t* __restrict__ pos, int n_tokens, int heads, int kv_heads, int64_t cache_rows,
+                           int64_t chunk, int n_splits, float scale_log2) {
+    // TODO(lab5/02) begin: the keys of this split, [split * chunk, + chunk) cut at min(pos + n_tokens, cache_rows) (return at once when the split starts past it); each group walks its keys (every thread of the block the same number of steps: the shuffles need the whole warp), the score of every query t by a dot of 16-byte vectors and a shuffle sum inside the group, masked to keys <= pos + t, the online softmax update; then merge the groups (shuffles inside a warp, shared memory across warps) and write m, l and acc of every query to the scratch at ((h * n_splits + split) * n_tokens + t); see the chapter's section "Flash-decoding"; about 70 lines.
+    // TODO(lab5/02) end
+}
+
+// The partials of head blockIdx.x, query blockIdx.y -> out (n_tokens, heads, DH); one thread per element.
+template <typename T, int DH>
+__global__ void __launch_bounds__(DH) attention_combine_kernel(T* __restrict__ out, const int64_t* __restrict__ pos,
+                                                              int n_tokens, int heads, int64_t cache_rows,
+                                                              int64_t chunk, int n_splits) {
+    // TODO(lab5/02) begin: the splits the split kernel filled (as many as cover min(pos + n_tokens, cache_rows) keys), their largest m, then l and acc summed with the factors exp2(m_split - m); out = acc / l rounded once (0 where no key was seen); see the chapter's section "Flash-decoding"; about 20 lines.
+    // TODO(lab5/02) end
+}
+
+// prefill: block (query tile, h) holds BQ queries of head h; the block walks the keys they see in
+// tiles of BK, staged (as float32) in shared memory, and each warp keeps the online softmax of its
+// ROWS queries. A lane owns one key of the tile for the scores and DH / 32 elements of the output.
+constexpr int PREFILL_WARPS = 4;
+constexpr int ROWS = 4;                     // queries per warp
+constexpr int BQ = PREFILL_WARPS * ROWS;   // queries per block
+constexpr int BK = 32;                      // keys per tile: one per lane
+static_assert(BK == 32, "a key tile has one key per lane of a warp");
+
+template <typename T, int DH>
+__global__ void __launch_bounds__(PREFILL_WARPS * 32)
+    attention_prefill_kernel(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k,
+                             const T* __restrict__ v, const int64_t* __restrict__ pos, int64_t n_tokens, int heads,
+                             int kv_heads, int64_t cache_rows, float scale_log2) {
+    // TODO(lab5/02) begin: stage the block's queries (scaled by scale_log2, zeros past n_tokens); walk the key tiles below min(pos + last query of the block + 1, cache_rows) (zeros past it: never read those rows): stage K and V, each lane scores its key against the warp's ROWS queries, mask (key > pos + t, or t past n_tokens), the online softmax per query (warp max and sum), p through shared memory, acc += p * V; write acc / l rounded once; see the chapter's section "Flash attention"; about 75 lines.
+    // TODO(lab5/02) end
+}
+
+template <typename T, int DH>
+static cudaError_t attention_dh(T* out, const T* q, const T* k, const T* v, const int64_t* pos, int64_t n_tokens,
+                                int64_t heads, int64_t kv_heads, int64_t cache_rows, float scale, cudaStream_t stream) {
+    const float scale_log2 = scale * LOG2E;
+    const int64_t rows_per_split = heads * n_tokens;  // partial rows one split of every head fills
+    if (n_tokens <= DECODE_MAX_TOKENS && rows_per_split <= SCRATCH_ROWS) {
+        // as many splits as fit the scratch, MIN_CHUNK keys each at least; sized by cache_rows (the
+        // launch is fixed for the graph's lifetime), the splits past the run's prefix return at once
+        int64_t splits = (cache_rows + MIN_CHUNK - 1) / MIN_CHUNK;
+        splits = min64(splits, min64(MAX_SPLITS, SCRATCH_ROWS / rows_per_split));
+        splits = max64(splits, 1);
+        const int64_t chunk = (cache_rows + splits - 1) / splits;
+        splits = max64((cache_rows + chunk - 1) / chunk, 1);
+        if (heads > 65535) return cudaErrorInvalidValue;
+        const dim3 grid(static_cast<unsigned int>(splits), static_cast<unsigned int>(heads));
+        attention_split_kernel<T, DH><<<grid, DECODE_THREADS, 0, stream>>>(
+            q, k, v, pos, static_cast<int>(n_tokens), static_cast<int>(heads), static_cast<int>(kv_heads), cache_rows,
+            chunk, static_cast<int>(splits), scale_log2);
+        CUDA_CHECK(cudaGetLastError());
+        const dim3 cgrid(static_cast<unsigned int>(heads), static_cast<unsigned int>(n_tokens));
+        attention_combine_kernel<T, DH><<<cgrid, DH, 0, stream>>>(out, pos, static_cast<int>(n_tokens),
+                                                                 static_cast<int>(heads), cache_rows, chunk,
+                                                                 static_cast<int>(splits));
+        return cudaGetLastError();
+    }
+    const int64_t tiles = (n_tokens + BQ - 1) / BQ;
+    if (tiles > 0x7fffffff || heads > 65535) return cudaErrorInvalidValue;
+    const dim3 grid(static_cast<unsigned int>(tiles), static_cast<unsigned int>(heads));
+    attention_prefill_kernel<T, DH><<<grid, PREFILL_WARPS * 32, 0, stream>>>(
+        out, q, k, v, pos, n_tokens, static_cast<int>(heads), static_cast<int>(kv_heads), cache_rows, scale_log2);
+    return cudaGetLastError();
+}
+
+template <typename T>
+static cudaError_t attention(T* out, const T* q, const T* k, const T* v, const int64_t* pos, int64_t n_tokens,
+                             int64_t heads, int64_t kv_heads, int64_t dh, int64_t cache_rows, float scale,
+                             cudaStream_t stream) {
+    if (n_tokens < 1 || heads < 1 || kv_heads < 1 || heads % kv_heads != 0 || cache_rows < 1) {
+        return cudaErrorInvalidValue;
+    }
+    if (!aligned16(q) || !aligned16(k) || !aligned16(v)) return cudaErrorInvalidValue;  // 16-byte vector loads
+    if (dh == 32) return attention_dh<T, 32>(out, q, k, v, pos, n_tokens, heads, kv_heads, cache_rows, scale, stream);
+    if (dh == 64) return attention_dh<T, 64>(out, q, k, v, pos, n_tokens, heads, kv_heads, cache_rows, scale, stream);
+    if (dh == 128) return attention_dh<T, 128>(out, q, k, v, pos, n_tokens, heads, kv_heads, cache_rows, scale, stream);
+    return cudaErrorInvalidValue;
+}
+
+// ---- the C entry points: each template three times --------------------------------------------------
+
+#define KILN_LLM_DEFINE(SUFFIX, T)                                                                                    \
+    COURSE_API cudaError_t kiln_embedding_##SUFFIX(T* out, const T* table, const int64_t* tokens, int64_t n_tokens,   \
+                                                   int64_t vocab, int64_t d, cudaStream_t stream) {                  \
+        return copy_rows<T>(0, out, table, tokens, n_tokens, vocab, d, stream);                                      \
+    }                                                                                                                \
+    COURSE_API cudaError_t kiln_rmsnorm_##SUFFIX(T* out, const T* x, const T* w, int64_t rows, int64_t d, float eps, \
+                                                 cudaStream_t stream) {                                              \
+        return rmsnorm<T>(out, x, w, rows, d, eps, stream);                                                          \
+    }                                                                                                                \
+    COURSE_API cudaError_t kiln_rope_##SUFFIX(T* out, const T* x, const int64_t* pos, const float* inv_freq,          \
+                                              int64_t n_tokens, int64_t heads, int64_t dh, int layout,              \
+                                              cudaStream_t stream) {                                                 \
+        return rope<T>(out, x, pos, inv_freq, n_tokens, heads, dh, layout, stream);                                  \
+    }                                                                                                                \
+    COURSE_API cudaError_t kiln_kv_update_##SUFFIX(T* cache, const T* value, const int64_t* pos, int64_t cache_rows, \
+                                                   int64_t n_tokens, int64_t row_elems, cudaStream_t stream) {       \
+        return copy_rows<T>(1, cache, value, pos, n_tokens, cache_rows, row_elems, stream);                          \
+    }                                                                                                                \
+    COURSE_API cudaError_t kiln_attention_##SUFFIX(T* out, const T* q, const T* k, const T* v, const int64_t* pos,    \
+                                                   int64_t n_tokens, int64_t heads, int64_t kv_heads, int64_t dh,   \
+                                                   int64_t cache_rows, float scale, cudaStream_t stream) {          \
+        return attention<T>(out, q, k, v, pos, n_tokens, heads, kv_heads, dh, cache_rows, scale, stream);            \
+    }
+
+KILN_LLM_DEFINE(f32, float)
+KILN_LLM_DEFINE(f16, __half)
+KILN_LLM_DEFINE(bf16, __nv_bfloat16)

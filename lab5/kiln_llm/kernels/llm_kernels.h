@@ -1,0 +1,84 @@
+// llm_kernels.h — every CUDA entry point of lab 5's kernels, in one place (given: do not edit).
+//
+// kiln_llm/cuda.py calls these through ctypes. Each .cu file of kiln_llm/kernels/ includes this
+// header, so the compiler checks every definition against its declaration here.
+//
+// The conventions are lab 4's (lab4/kiln/kernels/kiln_kernels.h), with three element types:
+//   - every kernel exists three times, for float, __half and __nv_bfloat16, as the symbols with
+//     the suffix _f32, _f16 and _bf16 (one C++ template, instantiated three times): `T` below;
+//   - data is DEVICE memory, dense and row-major, 16-byte aligned (kiln's arena aligns every
+//     tensor to 256 bytes); sizes are int64;
+//   - values that change from run to run (the position `pos`, the token ids) are DEVICE memory,
+//     read by the kernel when it runs: a captured CUDA graph replays with new positions;
+//   - arithmetic is float32, rounded once to T at the end, unless said otherwise;
+//   - `stream` is the last argument; the call launches only on it, never synchronizes, never
+//     allocates, and returns the launch's error (cudaGetLastError()); a size it cannot handle is
+//     cudaErrorInvalidValue, returned before anything is launched.
+//
+// Shapes, in the comments' notation: T tokens this run, S cache rows (max_seq), D model dim,
+// H query heads, Hkv key/value heads, Dh head dim, V vocabulary.
+
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "course.h"
+
+// ---- task 02 (llama.cu) ----------------------------------------------------------------------------
+//
+// kiln_embedding_<t>(out, table, tokens, n_tokens, vocab, d)
+//   out (T, D) = table (V, D)[tokens[t]]; a token outside [0, V) gives a row of zeros (never a read
+//   out of bounds). tokens: DEVICE, n_tokens int64.
+// kiln_rmsnorm_<t>(out, x, w, rows, d, eps)
+//   out (rows, d) = round(round(x * rsqrt(mean(x^2) + eps)) * w): Hugging Face's LlamaRMSNorm, the
+//   sum in float32, the normalized x rounded to T, then multiplied by w (d,) and rounded again. Any d >= 1.
+// kiln_rope_<t>(out, x, pos, inv_freq, n_tokens, heads, dh, layout)
+//   out (T, heads, dh) = x rotated: token t sits at position p = pos[0] + t and pair j turns by the
+//   angle p * inv_freq[j] (float32, cos and sin in float32); layout 0 ("half", Hugging Face) pairs
+//   (j, j + dh/2), layout 1 ("interleaved", llama2.c) pairs (2j, 2j + 1); (a, b) -> (a cos - b sin,
+//   a sin + b cos). pos: DEVICE, 1 int64; inv_freq: DEVICE, dh/2 float32. dh even; out may be x.
+// kiln_kv_update_<t>(cache, value, pos, cache_rows, n_tokens, row_elems)
+//   cache (S, row_elems)[pos + t] = value (T, row_elems)[t], row_elems = Hkv * Dh; rows that would
+//   land outside [0, S) are skipped. pos: DEVICE, 1 int64.
+// kiln_attention_<t>(out, q, k, v, pos, n_tokens, heads, kv_heads, dh, cache_rows, scale)
+//   out (T, H, Dh): query t (absolute position pos + t) of head h attends keys 0 .. pos + t
+//   (inclusive, and below cache_rows) of kv head h / (H / Hkv); softmax(scale * q.k) in float32,
+//   the sum of p * v rounded once. q (T, H, Dh); k, v (S, Hkv, Dh): cache rows at and past pos + T
+//   are never read. dh 32, 64 or 128 (the repo's tiny model has 32), H % Hkv == 0, any n_tokens >= 1. pos: DEVICE, 1 int64.
+//   A decode call (n_tokens <= 4) keeps partial results in one static scratch array: calls on
+//   streams that run at the same time must not overlap (kiln runs one stream at a time).
+//
+// ---- task 03 (linear.cu) -----------------------------------------------------------------------------
+//
+// kiln_linear_<t>(epilogue, out, x, w, extra, m, n, k)
+//   out (m, n) = x (m, k) @ w (n, k).T in float32, rounded once, with `epilogue`:
+//     0: nothing (extra unused, may be null)
+//     1: + extra (m, n), added in float32 before the rounding; extra never aliases out
+//     2: silu(x @ w.T) * (x @ extra.T), extra a second weight (n, k), all in float32
+//   k % 8 == 0 for f16 and bf16 (16-byte vector loads), else cudaErrorInvalidValue.
+
+// The declarations of one element type: suffix (f32, f16, bf16) and the C type.
+#define KILN_LLM_DECLARE(SUFFIX, T)                                                                              \
+    COURSE_API cudaError_t kiln_embedding_##SUFFIX(T* out, const T* table, const int64_t* tokens, int64_t n_tokens, \
+                                                   int64_t vocab, int64_t d, cudaStream_t stream);               \
+    COURSE_API cudaError_t kiln_rmsnorm_##SUFFIX(T* out, const T* x, const T* w, int64_t rows, int64_t d, float eps, \
+                                                 cudaStream_t stream);                                           \
+    COURSE_API cudaError_t kiln_rope_##SUFFIX(T* out, const T* x, const int64_t* pos, const float* inv_freq,       \
+                                              int64_t n_tokens, int64_t heads, int64_t dh, int layout,          \
+                                              cudaStream_t stream);                                              \
+    COURSE_API cudaError_t kiln_kv_update_##SUFFIX(T* cache, const T* value, const int64_t* pos, int64_t cache_rows, \
+                                                   int64_t n_tokens, int64_t row_elems, cudaStream_t stream);    \
+    COURSE_API cudaError_t kiln_attention_##SUFFIX(T* out, const T* q, const T* k, const T* v, const int64_t* pos, \
+                                                   int64_t n_tokens, int64_t heads, int64_t kv_heads, int64_t dh, \
+                                                   int64_t cache_rows, float scale, cudaStream_t stream);        \
+    COURSE_API cudaError_t kiln_linear_##SUFFIX(int epilogue, T* out, const T* x, const T* w, const T* extra,     \
+                                                int64_t m, int64_t n, int64_t k, cudaStream_t stream);
+
+KILN_LLM_DECLARE(f32, float)
+KILN_LLM_DECLARE(f16, __half)
+KILN_LLM_DECLARE(bf16, __nv_bfloat16)
+
+#undef KILN_LLM_DECLARE

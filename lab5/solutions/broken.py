@@ -1,0 +1,338 @@
+"""Deliberately broken lab 5 submissions, written as edits to the reference solutions.
+
+tests/test_broken_variants.py applies each edit, grades the result and expects the verdict given
+here, as for labs 1 to 4. Tasks 01, 04 and 05 (the operators on the CPU, the fusion pass, the
+model's graph) are graded on the CPU, so their variants are graded on every machine, CI included;
+the kernels' (02, 03) and generation's GPU checks need a GPU. The issue's four classes are here:
+RoPE with the wrong layout, GQA repeating KV heads wrongly, a softmax that ignores the prefix
+length (in the CPU operators and in the kernels), and a loader that accepts a truncated file
+(the loader is given code: tests/test_lab5_checkpoint.py checks it refuses one).
+"""
+
+from __future__ import annotations
+
+from grader.tests.variants import Variant
+
+VARIANTS: dict[str, Variant] = {
+    # --- lab 5 task 01 (LLaMA's operators on the CPU), graded on the CPU
+    "01_llama_ops.rope_wrong_layout": Variant(
+        "kiln_llm/cpu.py",
+        [('if node.attrs["layout"] == "half":', 'if node.attrs["layout"] != "half":')],
+        {"wrong"},
+        "test_rope_both_layouts",
+        "the two RoPE layouts swapped: half pairs (j, j + Dh/2) rotated as (2j, 2j + 1) and the other way",
+    ),
+    "01_llama_ops.gqa_h_mod_hkv": Variant(
+        "kiln_llm/cpu.py",
+        [(".repeat_interleave(group, dim=1)", ".repeat(1, group, 1)")],
+        {"wrong"},
+        "test_attention_matches_hf",
+        "query head h reads kv head h % Hkv instead of h // (H / Hkv)",
+    ),
+    "01_llama_ops.attends_past_the_prefix": Variant(
+        "kiln_llm/cpu.py",
+        [
+            ("    n = p + t  # rows", "    n = k.shape[0]  # rows"),
+            ("<= (p + torch.arange(t))[:, None]", "<= (n - t + torch.arange(t))[:, None]"),
+        ],
+        {"wrong"},
+        "test_attention_matches_hf",
+        "the softmax ignores the prefix length: all S cache rows are read, the run's tokens taken as the last T",
+    ),
+    "01_llama_ops.rmsnorm_weight_before_rounding": Variant(
+        "kiln_llm/cpu.py",
+        [("return w * y.to(x.dtype)", "return (w.float() * y).to(x.dtype)")],
+        {"wrong"},
+        "test_rmsnorm_matches_hf",
+        "RMSNorm multiplies by the weight in fp32 and rounds after: not Hugging Face's order (often one ulp off in"
+        " bf16)",
+    ),
+    "01_llama_ops.rope_ignores_pos": Variant(
+        "kiln_llm/cpu.py",
+        [("p = (int(pos.item()) + torch.arange(t)).float()", "p = torch.arange(t).float()")],
+        {"wrong"},
+        "test_rope_both_layouts",
+        "RoPE turns token t by t, not by pos + t: every decode step sits at position 0",
+    ),
+    "01_llama_ops.kv_update_at_zero": Variant(
+        "kiln_llm/cpu.py",
+        [("cache[p : p + value.shape[0]].copy_(value)", "cache[: value.shape[0]].copy_(value)")],
+        {"wrong"},
+        "test_kv_update_at_pos",
+        "kv_update writes at row 0 whatever pos says",
+    ),
+    # --- lab 5 task 05 (the LLaMA graph), graded on the CPU
+    "05_llama_graph.rope_layout_fixed_half": Variant(
+        "llama/model.py",
+        [("layout=config.rope_layout", 'layout="half"')],
+        {"wrong"},
+        "test_prefill_matches_hf",
+        "the graph always uses the half layout: a llama2.c (interleaved) checkpoint gets wrong positions",
+    ),
+    "05_llama_graph.no_attention_residual": Variant(
+        "llama/model.py",
+        [('x = x + linear(a, p + "wo")', 'x = linear(a, p + "wo")')],
+        {"wrong"},
+        "test_prefill_matches_hf",
+        "the attention block's residual is dropped",
+    ),
+    "05_llama_graph.pos_fed_zero": Variant(
+        "llama/model.py",
+        [("torch.tensor([self.pos], dtype", "torch.tensor([0], dtype")],
+        {"wrong"},
+        "test_prefill_then_decode",
+        "every run is fed pos 0: decode overwrites the first cache row and attends only to it",
+    ),
+    "05_llama_graph.prefill_not_shared": Variant(
+        "llama/model.py",
+        [("self._compile(n_tokens, share_with=self.decoder)", "self._compile(n_tokens)")],
+        {"wrong"},
+        "test_prefill_then_decode",
+        "the prefill executor has caches of its own: decode never sees the prompt",
+    ),
+    "05_llama_graph.pos_not_advanced": Variant(
+        "llama/model.py",
+        [("        self.pos += len(tokens)\n", "")],
+        {"wrong"},
+        "test_prefill_matches_hf",
+        "pos never advances after a run",
+    ),
+    # --- lab 5 task 04 (the fusion pass), graded on the CPU
+    "04_fusion.chain_swallows_a_shared_node": Variant(
+        "kiln_llm/fusion.py",
+        [
+            (
+                "        if not all(u in members for u in users[p]):\n",
+                "        if not any(u in members for u in users[p]):\n",
+            )
+        ],
+        {"wrong"},
+        "test_a_node_read_outside_the_chain_stays",
+        "a chain takes a node that a reader outside the chain still needs",
+    ),
+    "04_fusion.epilogue_drops_the_residual": Variant(
+        "kiln_llm/fusion.py",
+        [('replace[n] = ("linear_add", (*lin.inputs, r), {})', 'replace[n] = ("linear", tuple(lin.inputs), {})')],
+        {"wrong"},
+        "test_fused_layer_computes_what_the_layer_does",
+        "the residual add becomes the bare linear: x + linear(a, w) loses x",
+    ),
+    "04_fusion.output_swallowed": Variant(
+        "kiln_llm/fusion.py",
+        [
+            (
+                "        if p in taken or not fusible(p) or id(p) in outputs:\n",
+                "        if p in taken or not fusible(p):\n",
+            )
+        ],
+        {"wrong"},
+        "test_an_output_inside_a_chain_stays_an_output",
+        "a graph output read inside a chain is swallowed by it",
+    ),
+    "04_fusion.swiglu_gate_and_up_swapped": Variant(
+        "kiln_llm/fusion.py",
+        [("(lin.inputs[0], lin.inputs[1], up.inputs[1])", "(lin.inputs[0], up.inputs[1], lin.inputs[1])")],
+        {"wrong"},
+        "test_fused_layer_computes_what_the_layer_does",
+        "linear_swiglu gets (x, w3, w1): silu applied to the up projection",
+    ),
+    # --- task 02 (the LLaMA kernels), on the GPU
+    "02_llama_kernels.attention_ignores_pos": Variant(
+        "kiln_llm/kernels/llama.cu",
+        [
+            (
+                "    const int64_t p0 = pos[0];\n    const int64_t last = min64(p0 + n_tokens, cache_rows);",
+                "    const int64_t p0 = cache_rows - n_tokens;  // pos ignored: the cache taken as full\n"
+                "    const int64_t last = min64(p0 + n_tokens, cache_rows);",
+            ),
+            ("min64(pos[0] + n_tokens, cache_rows)", "cache_rows"),
+            (
+                "    const int64_t q0 = static_cast<int64_t>(blockIdx.x) * BQ;\n    const int64_t p0 = pos[0];\n",
+                "    const int64_t q0 = static_cast<int64_t>(blockIdx.x) * BQ;\n"
+                "    const int64_t p0 = cache_rows - n_tokens;  // pos ignored: the cache taken as full\n",
+            ),
+        ],
+        {"wrong"},
+        "attention",
+        "attention ignores pos and reads the whole cache as if it were full: the garbage rows past the prefix"
+        " swamp every output",
+    ),
+    "02_llama_kernels.gqa_modulo": Variant(
+        "kiln_llm/kernels/llama.cu",
+        [("kvh = h / (heads / kv_heads);", "kvh = h % kv_heads;")],
+        {"wrong"},
+        "attention",
+        "query head h reads kv head h % Hkv instead of h / (H / Hkv): right for H == Hkv, wrong for every grouped case",
+    ),
+    "02_llama_kernels.rope_layouts_swapped": Variant(
+        "kiln_llm/kernels/llama.cu",
+        [
+            ("(layout == 0 ? j : 2 * j)", "(layout == 1 ? j : 2 * j)"),
+            ("(layout == 0 ? half : 1)", "(layout == 1 ? half : 1)"),
+        ],
+        {"wrong"},
+        "rope",
+        "layout 0 (half, Hugging Face) rotates interleaved pairs and layout 1 the halves",
+    ),
+    "02_llama_kernels.rmsnorm_no_tail": Variant(
+        "kiln_llm/kernels/llama.cu",
+        [
+            (
+                "        const int64_t n = d / VEC<T>;\n",
+                "        const int64_t n = d / VEC<T> / NORM_THREADS * NORM_THREADS;  // whole blocks only\n",
+            ),
+            (
+                "        for (int64_t i = threadIdx.x; i < d; i += NORM_THREADS) {\n",
+                "        for (int64_t i = threadIdx.x; i < d - d % NORM_THREADS; i += NORM_THREADS) {  // whole\n",
+            ),
+        ],
+        {"wrong"},
+        "kiln_rmsnorm",
+        "rmsnorm covers only whole blocks of the row: the tail past the last multiple of the block is neither"
+        " summed nor written",
+    ),
+    "02_llama_kernels.kv_update_not_clipped": Variant(
+        "kiln_llm/kernels/llama.cu",
+        [
+            (
+                "            if (row >= 0 && row < limit) dst[row * row_units + u] = src[i];\n",
+                "            dst[row * row_units + u] = src[i];\n",
+            )
+        ],
+        {"wrong", "crash"},
+        "kiln_kv_update",
+        "kv_update writes every new row even where pos + t falls outside [0, S)",
+    ),
+    # --- task 03 (the linear kernels), on the GPU
+    "03_linear.gemv_k_tail_ignored": Variant(
+        "kiln_llm/kernels/linear.cu",
+        [("    for (; k0 < k; k0 += STEP) {\n", "    for (; k0 < 0; k0 += STEP) {  // the tail of k is never read\n")],
+        {"wrong"},
+        "kiln_linear_f32",
+        "the GEMV reads only whole pipeline stages of k: at k = 1 every sum is 0, and k = 1000 loses its tail",
+    ),
+    "03_linear.gemm_k_tail_ignored": Variant(
+        "kiln_llm/kernels/linear.cu",
+        [
+            (
+                "    const int64_t steps = (k + TC_BK - 1) / TC_BK;\n",
+                "    const int64_t steps = k / TC_BK;  // whole steps only\n",
+            )
+        ],
+        {"wrong"},
+        "kiln_linear_f16",
+        "the tensor-core GEMM drops the last k % 32 products",
+    ),
+    "03_linear.epilogue_add_skipped": Variant(
+        "kiln_llm/kernels/linear.cu",
+        [
+            (
+                "                out[idx] = finish<T, EPI>(acc[i][r], acc[i][ROWS * (NW - 1) + r], extra, idx);\n",
+                "                out[idx] = finish<T, EPI == 1 ? 0 : EPI>(acc[i][r], acc[i][ROWS * (NW - 1) + r],"
+                " extra, idx);\n",
+            )
+        ],
+        {"wrong"},
+        "add",
+        "the decode GEMV never adds the residual: epilogue 1 returns x @ w.T",
+    ),
+    "03_linear.swiglu_reads_w_twice": Variant(
+        "kiln_llm/kernels/linear.cu",
+        [
+            (
+                "        rows[s] = (s < ROWS ? w : extra) + (r < n ? r : n - 1) * k;\n",
+                "        rows[s] = (s < ROWS ? w : w) + (r < n ? r : n - 1) * k;\n",
+            ),
+            (
+                "                if (inside) src = (r < BN ? w : w3) + gc * k + gk;\n",
+                "                if (inside) src = (r < BN ? w : w) + gc * k + gk;\n",
+            ),
+        ],
+        {"wrong"},
+        "swiglu",
+        "swiglu multiplies silu(x @ w.T) by x @ w.T instead of x @ w3.T",
+    ),
+    "03_linear.gemv_last_rows_unwritten": Variant(
+        "kiln_llm/kernels/linear.cu",
+        [
+            (
+                "    const int64_t blocks = (n + rows_per_block - 1) / rows_per_block;\n",
+                "    const int64_t blocks = n / rows_per_block;  // the last n % rows_per_block rows get no block\n",
+            )
+        ],
+        {"wrong"},
+        "kiln_linear_f32",
+        "the GEMV launches n / rows_per_block blocks: the last rows stay unwritten when n is not a multiple",
+    ),
+    # --- task 06 (generation), on the CPU
+    "06_generate.top_p_in_vocabulary_order": Variant(
+        "llama/generate.py",
+        [
+            (
+                "        sorted_p, order = torch.sort(probs, descending=True)\n",
+                "        sorted_p, order = probs, torch.arange(probs.numel())  # in vocabulary order\n",
+            )
+        ],
+        {"wrong"},
+        "test_top_p_keeps_exactly_the_nucleus",
+        "top-p accumulates mass in vocabulary order, not by probability: it keeps unlikely tokens past the"
+        " nucleus and drops likely ones",
+    ),
+    "06_generate.sampling_ignores_the_seed": Variant(
+        "llama/generate.py",
+        [
+            (
+                "        return int(torch.multinomial(self.distribution(logits), 1, generator=self.generator))\n",
+                "        return int(torch.multinomial(self.distribution(logits), 1))  # torch's global generator\n",
+            )
+        ],
+        {"wrong"},
+        "test_same_seed_same_tokens_other_seed_differs",
+        "draws with torch's global generator: the same seed gives other text once anything else used it",
+    ),
+}
+
+# one grading run per batch; a batch holds each task at most once
+BATCHES = [
+    [
+        "01_llama_ops.rope_wrong_layout",
+        "05_llama_graph.rope_layout_fixed_half",
+        "04_fusion.chain_swallows_a_shared_node",
+        "02_llama_kernels.attention_ignores_pos",
+        "03_linear.gemv_k_tail_ignored",
+        "06_generate.top_p_in_vocabulary_order",
+    ],
+    [
+        "01_llama_ops.gqa_h_mod_hkv",
+        "05_llama_graph.no_attention_residual",
+        "04_fusion.epilogue_drops_the_residual",
+        "02_llama_kernels.gqa_modulo",
+        "03_linear.gemm_k_tail_ignored",
+        "06_generate.sampling_ignores_the_seed",
+    ],
+    [
+        "01_llama_ops.attends_past_the_prefix",
+        "05_llama_graph.pos_fed_zero",
+        "04_fusion.output_swallowed",
+        "02_llama_kernels.rope_layouts_swapped",
+        "03_linear.epilogue_add_skipped",
+    ],
+    [
+        "01_llama_ops.rmsnorm_weight_before_rounding",
+        "05_llama_graph.prefill_not_shared",
+        "04_fusion.swiglu_gate_and_up_swapped",
+        "02_llama_kernels.rmsnorm_no_tail",
+        "03_linear.swiglu_reads_w_twice",
+    ],
+    [
+        "01_llama_ops.rope_ignores_pos",
+        "05_llama_graph.pos_not_advanced",
+        "02_llama_kernels.kv_update_not_clipped",
+        "03_linear.gemv_last_rows_unwritten",
+    ],
+    ["01_llama_ops.kv_update_at_zero"],
+]
+SANITIZED: list[str] = []
+AT_BUILD: list[str] = []
+HUGE: list[str] = []
+TIMED: list[str] = []

@@ -1,0 +1,149 @@
+"""Lab 5 task 01 · LLaMA's operators on the CPU: the reference every GPU kernel is checked against.
+
+Implement: the CPU kernel of each operator of kiln_llm/ops.py (embedding, rmsnorm, linear,
+           linear_add, linear_swiglu, rope, kv_update, attention), in the TODO regions. The
+           chapter's sections "RMSNorm", "Rotary embeddings" and "Attention with a KV cache"
+           explain them.
+Contract:  a kernel `fn(node, args)` gets the node (its attrs and its output type) and its inputs
+           as CPU tensors, and returns a contiguous tensor of `node.type`, except `kv_update`,
+           which writes into the cache (its input 0) and returns it. Floats are F (f32, f16 or
+           bf16): compute in float32 and round to F once at the end, except rmsnorm, which rounds
+           the normalised x to F before multiplying by the weight in F (Hugging Face's
+           LlamaRMSNorm, so that checkpoints give HF's numbers). `pos` is an i64[1] tensor read at
+           run time: token t of this run sits at absolute position pos + t.
+           embedding: KilnRunError for a token outside [0, V). kv_update: KilnRunError when the
+           rows pos..pos+T-1 do not fit in the cache. attention: query t of head h attends cache
+           rows 0..pos+t of kv head h // (H / Hkv), and never reads a row past pos+T-1 (the
+           cache holds anything there: an earlier, longer conversation).
+Test:      make test-lab5 TASK=01
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from kiln.cpu import register_cpu
+from kiln.ir import Node
+from kiln.runtime import KilnRunError
+
+
+def _rows(node: Node, pos: torch.Tensor, n_tokens: int, cache_rows: int) -> int:
+    """The run-time position, checked: rows pos..pos+T-1 must lie in a cache of cache_rows."""
+    p = int(pos.item())
+    if p < 0 or p + n_tokens > cache_rows:
+        raise KilnRunError(
+            f"%{node.name} ({node.op}): pos {p} with {n_tokens} token(s) needs cache rows "
+            f"{p}..{p + n_tokens - 1}, the cache has rows 0..{cache_rows - 1}"
+        )
+    return p
+
+
+@register_cpu("embedding")
+def embedding(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
+    # TODO(lab5/01) begin: table[tokens] (T, D); refuse a token outside [0, V); see the chapter's section "Embedding"
+    table, tokens = args
+    bad = ((tokens < 0) | (tokens >= table.shape[0])).nonzero()
+    if len(bad):
+        i = int(bad[0, 0])
+        raise KilnRunError(
+            f"%{node.name} (embedding): token {int(tokens[i])} at index {i} is outside [0, {table.shape[0]})"
+        )
+    return table[tokens]  # (T, D): advanced indexing copies, so the result is its own
+    # ~ raise NotImplementedError("lab5/01: embedding")
+    # TODO(lab5/01) end
+
+
+@register_cpu("rmsnorm")
+def rmsnorm(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
+    # TODO(lab5/01) begin: normalise in fp32, round to F, then times w in F (about 3 lines); see "RMSNorm"
+    x, w = args
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + node.attrs["eps"])  # (..., D) fp32
+    return w * y.to(x.dtype)  # the weight multiplies in F, as LlamaRMSNorm does
+    # ~ raise NotImplementedError("lab5/01: rmsnorm")
+    # TODO(lab5/01) end
+
+
+@register_cpu("linear")
+def linear(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
+    # TODO(lab5/01) begin: x @ w.T, fp32 accumulation, one rounding (1 line)
+    x, w = args
+    return (x.float() @ w.float().T).to(x.dtype)  # (M, N)
+    # ~ raise NotImplementedError("lab5/01: linear")
+    # TODO(lab5/01) end
+
+
+@register_cpu("linear_add")
+def linear_add(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
+    # TODO(lab5/01) begin: x @ w.T + r, all in fp32, one rounding (1 line)
+    x, w, r = args
+    return (x.float() @ w.float().T + r.float()).to(x.dtype)  # (M, N)
+    # ~ raise NotImplementedError("lab5/01: linear_add")
+    # TODO(lab5/01) end
+
+
+@register_cpu("linear_swiglu")
+def linear_swiglu(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
+    # TODO(lab5/01) begin: silu(x @ w1.T) * (x @ w3.T), all in fp32, one rounding (about 3 lines)
+    x, w1, w3 = args
+    xf = x.float()
+    gate, up = xf @ w1.float().T, xf @ w3.float().T  # (M, N) each
+    return (torch.nn.functional.silu(gate) * up).to(x.dtype)
+    # ~ raise NotImplementedError("lab5/01: linear_swiglu")
+    # TODO(lab5/01) end
+
+
+@register_cpu("rope")
+def rope(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
+    # TODO(lab5/01) begin: turn pair j by (pos + t) * inv_freq[j] in fp32, in the node's layout; see "Rotary embeddings"
+    x, pos, inv_freq = args
+    t, _, dh = x.shape
+    p = (int(pos.item()) + torch.arange(t)).float()  # (T,) absolute positions, exact below 2^24
+    angle = p[:, None] * inv_freq[None, :]  # (T, Dh/2) in fp32, as Hugging Face computes it
+    cos, sin = angle.cos()[:, None, :], angle.sin()[:, None, :]  # (T, 1, Dh/2): every head alike
+    xf = x.float()
+    if node.attrs["layout"] == "half":
+        a, b = xf[..., : dh // 2], xf[..., dh // 2 :]  # pair j is (j, j + Dh/2)
+    else:
+        a, b = xf[..., 0::2], xf[..., 1::2]  # pair j is (2j, 2j + 1)
+    ra, rb = a * cos - b * sin, a * sin + b * cos  # (T, Hx, Dh/2) each
+    if node.attrs["layout"] == "half":
+        out = torch.cat([ra, rb], dim=-1)
+    else:
+        out = torch.stack([ra, rb], dim=-1).flatten(-2)  # back to (.., 2j, 2j + 1)
+    return out.to(x.dtype)  # (T, Hx, Dh)
+    # ~ raise NotImplementedError("lab5/01: rope")
+    # TODO(lab5/01) end
+
+
+@register_cpu("kv_update")
+def kv_update(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
+    # TODO(lab5/01) begin: cache[pos:pos+T] = value, refused when it does not fit; return the cache itself
+    cache, value, pos = args
+    p = _rows(node, pos, value.shape[0], cache.shape[0])
+    cache[p : p + value.shape[0]].copy_(value)
+    return cache
+    # ~ raise NotImplementedError("lab5/01: kv_update")
+    # TODO(lab5/01) end
+
+
+@register_cpu("attention")
+def attention(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
+    # TODO(lab5/01) begin: causal GQA over the filled prefix only, softmax in fp32; see "Attention with a KV cache"
+    q, k, v, pos = args
+    t, h, _ = q.shape
+    hkv = k.shape[1]
+    p = _rows(node, pos, t, k.shape[0])
+    n = p + t  # rows 0..p+t-1 are filled; anything past them is garbage and never read
+    group = h // hkv  # query heads h*group .. h*group+group-1 share kv head h
+    kf = k[:n].float().repeat_interleave(group, dim=1)  # (n, H, Dh)
+    vf = v[:n].float().repeat_interleave(group, dim=1)  # (n, H, Dh)
+    scores = torch.einsum("thd,shd->hts", q.float(), kf) * node.attrs["scale"]  # (H, T, n)
+    causal = torch.arange(n)[None, :] <= (p + torch.arange(t))[:, None]  # (T, n): key s <= query's position
+    scores = scores.masked_fill(~causal, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)  # (H, T, n)
+    return torch.einsum("hts,shd->thd", probs, vf).to(q.dtype).contiguous()  # (T, H, Dh)
+    # ~ raise NotImplementedError("lab5/01: attention")
+    # TODO(lab5/01) end

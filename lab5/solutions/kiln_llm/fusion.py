@@ -1,0 +1,191 @@
+"""Lab 5 task 04 · the fusion pass: pointwise chains into generated kernels, epilogues into the matmul.
+
+Implement: `find_epilogues` (the two matmul epilogue patterns), `grow_chain` (a maximal group of
+           pointwise nodes around a root) and `chain_program` (the group written as a `fused`
+           node's program), in the TODO regions. The chapter's section "Task 04: fusion" explains
+           them; "Generated kernels" describes the `fused` operator (kiln_llm/codegen.py).
+Contract:  `fuse(graph, chains=True, epilogues=True)` (given) returns a NEW graph and leaves its
+           argument as it was. The new graph has the same inputs, constants, buffers and outputs
+           (by position); a replaced node's replacement keeps its name. Two rewrites, in order:
+           epilogues: `add(linear(x, w), r)` (either operand order, r of the linear's type) ->
+             `linear_add(x, w, r)`; `mul(silu(linear(x, w1)), linear(x, w3))` (either order,
+             one x) -> `linear_swiglu(x, w1, w3)`; a node swallowed by a pattern is read by that
+             pattern only and is not a graph output.
+           chains: every float pointwise node (add, mul, relu, silu) ends up inside exactly one
+             `fused` node. A group holds a root and, recursively, the pointwise inputs of its
+             members that are read only by members and are not graph outputs: the largest such
+             group (at most codegen.MAX_INPUTS inputs). With chains=False each pointwise node
+             is a group of its own (lab 4's CUDA kernels are f32 only: even unfused, an f16
+             model's adds need a generated kernel).
+           The result passes kiln's check_graph.
+Test:      make test-lab5 TASK=04
+"""
+
+from __future__ import annotations
+
+from kiln.ir import Graph, IRError, Node
+from kiln.shapes import check_graph
+from kiln_llm.codegen import MAX_INPUTS, Instr, format_program
+
+POINTWISE = ("add", "mul", "relu", "silu")  # lab 4's pointwise operators: what a `fused` node absorbs
+
+# what replaces a node: (operator, inputs, attributes); the replacement keeps the node's name and type
+Replacement = tuple[str, tuple[Node, ...], dict]
+
+
+def fuse(graph: Graph, *, chains: bool = True, epilogues: bool = True) -> Graph:
+    """The graph with its epilogues folded into the matmuls and its pointwise nodes fused (given)."""
+    out = rewrite(graph, *find_epilogues(graph)) if epilogues else graph
+    out = rewrite(out, *find_chains(out, chains=chains))  # a new graph in any case: the caller's to keep
+    check_graph(out)
+    return out
+
+
+def rewrite(graph: Graph, replace: dict[Node, Replacement], absorbed: set[Node]) -> Graph:
+    """A copy of `graph` (new Node objects, the same constant tensors) where each node of `replace`
+    becomes its replacement and every node of `absorbed` is left out (given). A replacement sits
+    where the node it replaces did, which is after every input of the group it stands for."""
+    new: dict[Node, Node] = {}
+    out = Graph(graph.name, constants=dict(graph.constants))
+    for n in graph.nodes:
+        if n in absorbed:
+            continue
+        op, inputs, attrs = replace.get(n, (n.op, n.inputs, n.attrs))
+        for i in inputs:
+            if i not in new:
+                raise IRError(f"fusion: %{n.name} ({op}) reads %{i.name}, which a fused group swallowed")
+        node = Node(n.name, op, tuple(new[i] for i in inputs), dict(attrs), n.type)
+        out.nodes.append(node)
+        new[n] = node
+    for o in graph.outputs:
+        if o not in new:
+            raise IRError(f"fusion: output %{o.name} was swallowed by a fused group")
+    out.outputs = [new[o] for o in graph.outputs]
+    return out
+
+
+# --- epilogues ----------------------------------------------------------------------------------------
+
+
+def find_epilogues(graph: Graph) -> tuple[dict[Node, Replacement], set[Node]]:
+    """The residual adds and SwiGLU products that read matmuls: the node each pattern replaces (its
+    root, the add or the mul), with the replacement, and the nodes the patterns swallow."""
+    users = graph.users()
+    outputs = {id(o) for o in graph.outputs}
+
+    def only_for(n: Node, user: Node) -> bool:
+        """Whether `user` is the one reader of `n` (read once), so `n` may disappear into it."""
+        return id(n) not in outputs and users[n] == [user]
+
+    replace: dict[Node, Replacement] = {}
+    absorbed: set[Node] = set()
+    for n in graph.nodes:
+        if n.op not in ("add", "mul"):
+            continue
+        # TODO(lab5/04) begin: match add(linear, r) and mul(silu(linear), linear); see the chapter's "Epilogues"
+        if n.op == "add":
+            a, b = n.inputs
+            for lin, r in ((a, b), (b, a)):
+                # r must already be the output's type: linear_add does not broadcast its residual
+                if lin.op == "linear" and only_for(lin, n) and r.type == lin.type:
+                    replace[n] = ("linear_add", (*lin.inputs, r), {})
+                    absorbed.add(lin)
+                    break
+        elif n.op == "mul":
+            a, b = n.inputs
+            for gate, up in ((a, b), (b, a)):
+                if gate.op != "silu" or up.op != "linear" or not (only_for(gate, n) and only_for(up, n)):
+                    continue
+                (lin,) = gate.inputs
+                if lin.op == "linear" and only_for(lin, gate) and lin.inputs[0] is up.inputs[0] and lin.type == up.type:
+                    replace[n] = ("linear_swiglu", (lin.inputs[0], lin.inputs[1], up.inputs[1]), {})
+                    absorbed |= {gate, lin, up}
+                    break
+        # ~ raise NotImplementedError("lab5/04: find the epilogue patterns")
+        # TODO(lab5/04) end
+    return replace, absorbed
+
+
+# --- pointwise chains -------------------------------------------------------------------------------
+
+
+def fusible(n: Node) -> bool:
+    """A node a `fused` kernel can compute: a pointwise operator on floats (an i64 add stays)."""
+    return n.op in POINTWISE and n.type.dtype.is_float
+
+
+def find_chains(graph: Graph, *, chains: bool = True) -> tuple[dict[Node, Replacement], set[Node]]:
+    """Every fusible node in one group, each group one `fused` node standing where its root was
+    (given). Roots are taken from the last node back: a node's readers are all decided before it,
+    so a group grows only into nodes no later group could want."""
+    users = graph.users()
+    outputs = {id(o) for o in graph.outputs}
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    taken: set[Node] = set()
+    replace: dict[Node, Replacement] = {}
+    for root in reversed(graph.nodes):
+        if root in taken or not fusible(root):
+            continue
+        members = grow_chain(root, users, outputs, order, taken) if chains else [root]
+        taken.update(members)
+        inputs, program = chain_program(members)
+        replace[root] = ("fused", tuple(inputs), {"program": format_program(program)})
+    return replace, taken - set(replace)
+
+
+def grow_chain(
+    root: Node,
+    users: dict[Node, list[Node]],
+    outputs: set[int],
+    order: dict[Node, int],
+    taken: set[Node],
+    limit: int = MAX_INPUTS,
+) -> list[Node]:
+    """The group of `root`, in graph order (root last): root, then each fusible input of a member
+    that is not taken, not a graph output (`id(n) in outputs`), read only by members, and keeps
+    the group's distinct outside inputs within `limit`. Visit candidates from the latest node
+    back (`order[n]` is n's step): by the time a node is visited, all of its readers have been."""
+    # TODO(lab5/04) begin: grow the group from the root backwards; see the chapter's section "Fusing chains"
+    members = {root}
+    outside = set(root.inputs)  # the group's inputs so far
+    candidates = set(root.inputs)
+    while candidates:
+        p = max(candidates, key=order.__getitem__)  # the latest first: every reader of it is decided
+        candidates.discard(p)
+        if p in taken or not fusible(p) or id(p) in outputs:
+            continue
+        if not all(u in members for u in users[p]):
+            continue  # read outside the group: it must stay a tensor of its own
+        grown = (outside - {p}) | set(p.inputs)
+        if len(grown) > limit:
+            continue
+        members.add(p)
+        outside = grown
+        candidates |= set(p.inputs)
+    return sorted(members, key=order.__getitem__)
+    # ~ raise NotImplementedError("lab5/04: grow a chain")
+    # TODO(lab5/04) end
+
+
+def chain_program(members: list[Node]) -> tuple[list[Node], list[Instr]]:
+    """The `fused` node of a group (members in graph order, root last): its inputs (the nodes
+    outside the group that members read, each once, in order of first read) and its program (one
+    instruction per member, in order; values $0.. are the inputs, then the members' results)."""
+    # TODO(lab5/04) begin: number the values, then one instruction per member; see "Generated kernels"
+    inside = set(members)
+    inputs: list[Node] = []
+    for m in members:
+        for i in m.inputs:
+            if i not in inside and i not in inputs:
+                inputs.append(i)
+    value = {n: k for k, n in enumerate(inputs)}
+    program: list[Instr] = []
+    for m in members:
+        program.append((m.op, tuple(value[i] for i in m.inputs)))
+        value[m] = len(value)
+    return inputs, program
+    # ~ raise NotImplementedError("lab5/04: write the program")
+    # TODO(lab5/04) end
+
+
+__all__ = ["POINTWISE", "chain_program", "find_chains", "find_epilogues", "fuse", "grow_chain", "rewrite"]

@@ -1,0 +1,672 @@
+// Lab 5 · Task 02 — the LLaMA kernels: embedding, RMSNorm, RoPE, the KV-cache update and attention
+//
+// Implement: the kernel bodies in the TODO regions: copy_rows_kernel (embedding and kv_update are
+//            both row copies), rmsnorm_kernel, rope_kernel, and attention in two paths:
+//            decode (n_tokens <= DECODE_MAX_TOKENS): flash-decoding, the filled prefix split across
+//            blocks (attention_split_kernel: a partial max, sum and weighted sum per split) and
+//            a combine step (attention_combine_kernel); prefill: a fused flash-attention forward
+//            (attention_prefill_kernel: online softmax over key tiles staged in shared memory).
+// Contract:  kiln_llm/kernels/llm_kernels.h, for float, __half and __nv_bfloat16 (the _f32, _f16
+//            and _bf16 symbols). Arithmetic in float32, one rounding at the end (RMSNorm: HF's two).
+//            pos and the tokens are DEVICE memory, read when the kernel runs (a CUDA graph replays
+//            with new ones). Attention reads cache rows 0 .. pos + n_tokens - 1 only, GQA: query
+//            head h reads kv head h / (heads / kv_heads). Launches only on `stream`, never
+//            synchronizes or allocates, returns the launch's error.
+// Test:      make test-lab5 TASK=02
+
+#include "kiln_llm/kernels/llm_kernels.h"
+
+#include <cstdint>
+
+constexpr int THREADS = 256;
+constexpr int64_t MAX_BLOCKS = 4096;  // grid-stride loops cover the rest (lab 4's pointwise.cu)
+
+[[maybe_unused]] static unsigned int blocks_for(int64_t n) {
+    const int64_t blocks = (n + THREADS - 1) / THREADS;
+    return static_cast<unsigned int>(blocks < 1 ? 1 : (blocks < MAX_BLOCKS ? blocks : MAX_BLOCKS));
+}
+
+static bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// int64 min and max on both sides (CUDA's min and max overloads differ between host and device)
+__host__ __device__ constexpr int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+__host__ __device__ constexpr int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// ---- element types: float32 in registers, T in memory ---------------------------------------------
+
+template <typename T>
+__device__ __forceinline__ float to_f(T x);
+template <>
+__device__ __forceinline__ float to_f<float>(float x) {
+    return x;
+}
+template <>
+__device__ __forceinline__ float to_f<__half>(__half x) {
+    return __half2float(x);
+}
+template <>
+__device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 x) {
+    return __bfloat162float(x);
+}
+
+template <typename T>
+__device__ __forceinline__ T from_f(float x);
+template <>
+__device__ __forceinline__ float from_f<float>(float x) {
+    return x;
+}
+template <>
+__device__ __forceinline__ __half from_f<__half>(float x) {
+    return __float2half_rn(x);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) {
+    return __float2bfloat16_rn(x);
+}
+
+// One 16-byte vector of T: 4 floats or 8 halves; loaded and stored as a uint4 (one instruction).
+template <typename T>
+constexpr int VEC = 16 / static_cast<int>(sizeof(T));
+
+// The bits of one element <-> float32, so that a 16-byte vector stays in registers (a reinterpret_cast
+// of a local uint4 would put it on the stack).
+template <typename T>
+__device__ __forceinline__ float bits_to_f(uint32_t b);
+template <>
+__device__ __forceinline__ float bits_to_f<float>(uint32_t b) {
+    return __uint_as_float(b);
+}
+template <>
+__device__ __forceinline__ float bits_to_f<__half>(uint32_t b) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(b)));
+}
+template <>
+__device__ __forceinline__ float bits_to_f<__nv_bfloat16>(uint32_t b) {
+    return __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(b)));
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t f_to_bits(float x);
+template <>
+__device__ __forceinline__ uint32_t f_to_bits<float>(float x) {
+    return __float_as_uint(x);
+}
+template <>
+__device__ __forceinline__ uint32_t f_to_bits<__half>(float x) {
+    return __half_as_ushort(__float2half_rn(x));
+}
+template <>
+__device__ __forceinline__ uint32_t f_to_bits<__nv_bfloat16>(float x) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+
+template <typename T>
+__device__ __forceinline__ void load_vec(const T* p, float (&f)[VEC<T>]) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+    constexpr int PER_WORD = VEC<T> / 4;  // 1 float or 2 halves in each 32-bit word
+    constexpr int BITS = 32 / PER_WORD;
+#pragma unroll
+    for (int i = 0; i < VEC<T>; ++i) {
+        const uint32_t w = words[i / PER_WORD] >> (BITS * (i % PER_WORD));
+        f[i] = bits_to_f<T>(PER_WORD == 1 ? w : (w & 0xffffu));
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void store_vec(T* p, const float (&f)[VEC<T>]) {
+    constexpr int PER_WORD = VEC<T> / 4;
+    constexpr int BITS = 32 / PER_WORD;
+    uint32_t words[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int i = 0; i < VEC<T>; ++i) words[i / PER_WORD] |= f_to_bits<T>(f[i]) << (BITS * (i % PER_WORD));
+    *reinterpret_cast<uint4*>(p) = make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+
+// exp2(m_old - m_new), the factor that moves a running sum from max m_old to max m_new; 0 for a
+// sum that has seen nothing yet (m_old = -inf), where the formula would give exp2(-inf - -inf) = NaN.
+__device__ __forceinline__ float rescale(float m_old, float m_new) {
+    return m_old == -INFINITY ? 0.0f : exp2f(m_old - m_new);
+}
+
+// ---- embedding and kv_update: row copies ----------------------------------------------------------
+// Both move whole rows without arithmetic, so they copy bits in units of U: uint4 (16 bytes) when the
+// rows and pointers allow it, else one element (uint16_t or uint32_t).
+
+template <int BYTES>
+struct Bits;
+template <>
+struct Bits<2> {
+    using type = uint16_t;
+};
+template <>
+struct Bits<4> {
+    using type = uint32_t;
+};
+
+// dst (n_rows, row_units)[row_of(r)] = src (n_rows, row_units)[r], where
+//   mode 0 (embedding): src row tokens[r] of a table of `limit` rows -> dst row r; a token outside
+//                       [0, limit) writes zeros;
+//   mode 1 (kv_update): src row r -> dst row pos[0] + r of a cache of `limit` rows, skipped when
+//                       outside [0, limit).
+template <typename U>
+__global__ void copy_rows_kernel(int mode, U* __restrict__ dst, const U* __restrict__ src,
+                                 const int64_t* __restrict__ index, int64_t n_rows, int64_t limit, int64_t row_units) {
+    // TODO(lab5/02) begin: a grid-stride loop over n_rows * row_units units; per unit, the row r and the unit inside it, then the row to read (embedding: tokens[r], zeros when outside [0, limit)) or to write (kv_update: pos[0] + r, skipped when outside [0, limit)); see the chapter's section "Kernels that only move rows"; about 15 lines.
+    const int64_t n = n_rows * row_units;
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    const int64_t base = mode == 1 ? index[0] : 0;  // kv_update's position: one read per thread
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const int64_t r = i / row_units, u = i - r * row_units;
+        if (mode == 0) {
+            const int64_t token = index[r];
+            dst[i] = token >= 0 && token < limit ? src[token * row_units + u] : U{};
+        } else {
+            const int64_t row = base + r;
+            if (row >= 0 && row < limit) dst[row * row_units + u] = src[i];
+        }
+    }
+    // TODO(lab5/02) end
+}
+
+template <typename T>
+static cudaError_t copy_rows(int mode, T* dst, const T* src, const int64_t* index, int64_t n_rows, int64_t limit,
+                             int64_t row_elems, cudaStream_t stream) {
+    if (n_rows < 0 || limit < 0 || row_elems < 0) return cudaErrorInvalidValue;
+    if (n_rows == 0 || row_elems == 0) return cudaSuccess;
+    const int64_t row_bytes = row_elems * static_cast<int64_t>(sizeof(T));
+    if (row_bytes % 16 == 0 && aligned16(dst) && aligned16(src)) {
+        const int64_t units = row_bytes / 16;
+        copy_rows_kernel<uint4><<<blocks_for(n_rows * units), THREADS, 0, stream>>>(
+            mode, reinterpret_cast<uint4*>(dst), reinterpret_cast<const uint4*>(src), index, n_rows, limit, units);
+    } else {
+        using U = typename Bits<sizeof(T)>::type;
+        copy_rows_kernel<U><<<blocks_for(n_rows * row_elems), THREADS, 0, stream>>>(
+            mode, reinterpret_cast<U*>(dst), reinterpret_cast<const U*>(src), index, n_rows, limit, row_elems);
+    }
+    return cudaGetLastError();
+}
+
+// ---- rmsnorm: one block per row --------------------------------------------------------------------
+
+constexpr int NORM_THREADS = 256;
+
+// The sum of v over the block (NORM_THREADS threads), in every thread: warps reduce by shuffles,
+// then the first warp reduces the warps' sums.
+__device__ float block_sum(float v) {
+    __shared__ float partial[NORM_THREADS / 32];
+    __shared__ float total;
+    v = warp_sum(v);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < NORM_THREADS / 32 ? partial[lane] : 0.0f;
+        v = warp_sum(v);
+        if (lane == 0) total = v;
+    }
+    __syncthreads();
+    return total;
+}
+
+// x (rows, d), w (d,) -> out (rows, d); block r normalizes row r. VECTOR: d % VEC<T> == 0 and every
+// pointer 16-byte aligned, so each thread moves whole 16-byte vectors; otherwise one element at a time.
+template <typename T, bool VECTOR>
+__global__ void __launch_bounds__(NORM_THREADS)
+    rmsnorm_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ w, int64_t d, float eps) {
+    // TODO(lab5/02) begin: the sum of x^2 over row blockIdx.x in float32 (strided over the threads, 16-byte vectors when VECTOR, then block_sum), r = rsqrt(sum / d + eps), then out = round(round(x * r) * w) element by element (HF's order); the row may be any length, not a multiple of the block; see the chapter's section "RMSNorm"; about 35 lines.
+    const T* row = x + static_cast<int64_t>(blockIdx.x) * d;
+    T* dst = out + static_cast<int64_t>(blockIdx.x) * d;
+    float sum = 0.0f;
+    if constexpr (VECTOR) {
+        const int64_t n = d / VEC<T>;
+        for (int64_t i = threadIdx.x; i < n; i += NORM_THREADS) {
+            float f[VEC<T>];
+            load_vec(row + i * VEC<T>, f);
+#pragma unroll
+            for (int e = 0; e < VEC<T>; ++e) sum += f[e] * f[e];
+        }
+    } else {
+        for (int64_t i = threadIdx.x; i < d; i += NORM_THREADS) {
+            const float f = to_f(row[i]);
+            sum += f * f;
+        }
+    }
+    const float r = rsqrtf(block_sum(sum) / static_cast<float>(d) + eps);
+    // the second pass reads the row again: at most a few KB, from L1/L2 after the first
+    if constexpr (VECTOR) {
+        const int64_t n = d / VEC<T>;
+        for (int64_t i = threadIdx.x; i < n; i += NORM_THREADS) {
+            float f[VEC<T>], g[VEC<T>];
+            load_vec(row + i * VEC<T>, f);
+            load_vec(w + i * VEC<T>, g);
+#pragma unroll
+            for (int e = 0; e < VEC<T>; ++e) f[e] = to_f(from_f<T>(f[e] * r)) * g[e];
+            store_vec(dst + i * VEC<T>, f);
+        }
+    } else {
+        for (int64_t i = threadIdx.x; i < d; i += NORM_THREADS) {
+            dst[i] = from_f<T>(to_f(from_f<T>(to_f(row[i]) * r)) * to_f(w[i]));
+        }
+    }
+    // TODO(lab5/02) end
+}
+
+template <typename T>
+static cudaError_t rmsnorm(T* out, const T* x, const T* w, int64_t rows, int64_t d, float eps, cudaStream_t stream) {
+    if (rows < 0 || d < 1 || rows > 0x7fffffff) return cudaErrorInvalidValue;
+    if (rows == 0) return cudaSuccess;
+    const unsigned int grid = static_cast<unsigned int>(rows);
+    if (d % VEC<T> == 0 && aligned16(out) && aligned16(x) && aligned16(w)) {
+        rmsnorm_kernel<T, true><<<grid, NORM_THREADS, 0, stream>>>(out, x, w, d, eps);
+    } else {
+        rmsnorm_kernel<T, false><<<grid, NORM_THREADS, 0, stream>>>(out, x, w, d, eps);
+    }
+    return cudaGetLastError();
+}
+
+// ---- rope: one thread per rotated pair --------------------------------------------------------------
+
+// x (n_tokens, heads, dh) -> out, same shape; pair j of (token t, head h) turns by (pos + t) * inv_freq[j].
+template <typename T>
+__global__ void rope_kernel(T* out, const T* x, const int64_t* __restrict__ pos, const float* __restrict__ inv_freq,
+                            int64_t n_tokens, int64_t heads, int64_t dh, int layout) {
+    // TODO(lab5/02) begin: a grid-stride loop over the n_tokens * heads * dh/2 pairs: the pair's token (its position pos[0] + t as a float), its j and its two elements by the layout (half: j and j + dh/2; interleaved: 2j and 2j + 1), the angle in float32, sincosf, both outputs rounded once; see the chapter's section "Rotary embeddings"; about 15 lines.
+    const int64_t half = dh / 2;
+    const int64_t n = n_tokens * heads * half;
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    const int64_t p0 = pos[0];
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const int64_t th = i / half, j = i - th * half;  // th = t * heads + h: the (token, head) row
+        const int64_t t = th / heads;
+        const int64_t a_at = th * dh + (layout == 0 ? j : 2 * j);
+        const int64_t b_at = a_at + (layout == 0 ? half : 1);
+        // HF: inv_freq (float32) times the position as a float32, one rounding, then cos and sin
+        const float angle = static_cast<float>(p0 + t) * inv_freq[j];
+        float s, c;
+        sincosf(angle, &s, &c);
+        const float a = to_f(x[a_at]), b = to_f(x[b_at]);
+        out[a_at] = from_f<T>(a * c - b * s);
+        out[b_at] = from_f<T>(a * s + b * c);
+    }
+    // TODO(lab5/02) end
+}
+
+template <typename T>
+static cudaError_t rope(T* out, const T* x, const int64_t* pos, const float* inv_freq, int64_t n_tokens, int64_t heads,
+                        int64_t dh, int layout, cudaStream_t stream) {
+    if (n_tokens < 0 || heads < 0 || dh < 2 || dh % 2 != 0 || (layout != 0 && layout != 1)) return cudaErrorInvalidValue;
+    const int64_t pairs = n_tokens * heads * (dh / 2);
+    if (pairs == 0) return cudaSuccess;
+    rope_kernel<T><<<blocks_for(pairs), THREADS, 0, stream>>>(out, x, pos, inv_freq, n_tokens, heads, dh, layout);
+    return cudaGetLastError();
+}
+
+// ---- attention ------------------------------------------------------------------------------------
+// Scores live in the log2 domain: q is scaled by scale * log2(e) once, so that exp(scale * q.k - m)
+// is exp2(q'.k - m') and every exponential is one exp2f.
+
+constexpr float LOG2E = 1.4426950408889634f;
+
+// decode: n_tokens <= DECODE_MAX_TOKENS. Block (split, h) reads keys [split * chunk, + chunk) of the
+// filled prefix once for the n_tokens queries of head h, and leaves per (h, split, t) the running max
+// m, the sum l of exp2(s - m) and the unnormalized sum of exp2(s - m) * v in a static scratch; block
+// (h, t) of the combine kernel merges the splits. The scratch is sized once for the largest model
+// the course runs (SCRATCH_ROWS partial rows of up to 128 floats); the host code makes the chunks
+// longer when heads * splits * n_tokens would not fit.
+constexpr int DECODE_MAX_TOKENS = 4;
+constexpr int DECODE_THREADS = 128;
+constexpr int MIN_CHUNK = 64;              // about this many keys per split (8 per group of lanes) or more
+constexpr int64_t MAX_SPLITS = 256;        // per head: more would only add partials to merge
+constexpr int64_t SCRATCH_ROWS = 1 << 15;  // 16 MiB of partial sums
+constexpr int MAX_DH = 128;
+
+__device__ float g_partial_acc[SCRATCH_ROWS * MAX_DH];  // (heads, splits, n_tokens, dh)
+__device__ float2 g_partial_ml[SCRATCH_ROWS];            // (heads, splits, n_tokens): (m, l)
+
+// Merges (m2, l2, acc2) into (m, l, acc): both running sums moved to the larger max.
+template <int N>
+__device__ __forceinline__ void merge(float& m, float& l, float (&acc)[N], float m2, float l2, const float (&acc2)[N]) {
+    const float mn = fmaxf(m, m2);
+    const float a = rescale(m, mn), b = rescale(m2, mn);
+    l = l * a + l2 * b;
+#pragma unroll
+    for (int i = 0; i < N; ++i) acc[i] = acc[i] * a + acc2[i] * b;
+    m = mn;
+}
+
+// q (n_tokens, heads, DH), k and v (cache_rows, kv_heads, DH) -> the partials of block (split, h).
+// A group of LANES = DH / VEC<T> consecutive threads works on one key at a time (each thread one
+// 16-byte vector of the row: one coalesced row read per group); the block's GROUPS groups take
+// every GROUPS-th key of the split, each with its own running (m, l, acc) per query, merged at the end.
+template <typename T, int DH>
+__global__ void __launch_bounds__(DECODE_THREADS)
+    attention_split_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                           const int64_t* __restrict__ pos, int n_tokens, int heads, int kv_heads, int64_t cache_rows,
+                           int64_t chunk, int n_splits, float scale_log2) {
+    // TODO(lab5/02) begin: the keys of this split, [split * chunk, + chunk) cut at min(pos + n_tokens, cache_rows) (return at once when the split starts past it); each group walks its keys (every thread of the block the same number of steps: the shuffles need the whole warp), the score of every query t by a dot of 16-byte vectors and a shuffle sum inside the group, masked to keys <= pos + t, the online softmax update; then merge the groups (shuffles inside a warp, shared memory across warps) and write m, l and acc of every query to the scratch at ((h * n_splits + split) * n_tokens + t); see the chapter's section "Flash-decoding"; about 70 lines.
+    constexpr int V = VEC<T>;
+    constexpr int LANES = DH / V;  // f16/bf16: 16, 8 or 4 (dh 128, 64, 32); f32: 32, 16 or 8
+    constexpr int GROUPS = DECODE_THREADS / LANES;
+    constexpr int WARPS = DECODE_THREADS / 32;
+    static_assert(LANES <= 32 && 32 % LANES == 0, "a group of lanes lies inside one warp");
+    __shared__ float s_m[WARPS][DECODE_MAX_TOKENS], s_l[WARPS][DECODE_MAX_TOKENS];
+    __shared__ float s_acc[WARPS][DECODE_MAX_TOKENS][DH];
+    const int split = blockIdx.x, h = blockIdx.y;
+    const int kvh = h / (heads / kv_heads);
+    const int64_t p0 = pos[0];
+    const int64_t last = min64(p0 + n_tokens, cache_rows);  // keys [0, last): the filled prefix
+    const int64_t begin = split * chunk;
+    if (begin >= last) return;  // the same for the whole block: an idle split of a short prefix
+    const int64_t end = min64(begin + chunk, last);
+    const int lane = threadIdx.x % LANES, group = threadIdx.x / LANES;
+    const int warp = threadIdx.x / 32;
+
+    float qv[DECODE_MAX_TOKENS][V];
+    float m[DECODE_MAX_TOKENS], l[DECODE_MAX_TOKENS], acc[DECODE_MAX_TOKENS][V];
+#pragma unroll
+    for (int t = 0; t < DECODE_MAX_TOKENS; ++t) {
+        m[t] = -INFINITY;
+        l[t] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < V; ++e) qv[t][e] = acc[t][e] = 0.0f;
+        if (t < n_tokens) {
+            load_vec(q + (static_cast<int64_t>(t) * heads + h) * DH + lane * V, qv[t]);
+#pragma unroll
+            for (int e = 0; e < V; ++e) qv[t][e] *= scale_log2;
+        }
+    }
+    const int64_t row_stride = static_cast<int64_t>(kv_heads) * DH;
+    const T* k_head = k + static_cast<int64_t>(kvh) * DH + lane * V;
+    const T* v_head = v + static_cast<int64_t>(kvh) * DH + lane * V;
+    for (int64_t base = begin; base < end; base += GROUPS) {  // uniform: every warp takes every step
+        const int64_t j = base + group;
+        const bool valid = j < end;
+        float kf[V], vf[V];
+        if (valid) {
+            load_vec(k_head + j * row_stride, kf);
+            load_vec(v_head + j * row_stride, vf);
+        } else {
+#pragma unroll
+            for (int e = 0; e < V; ++e) kf[e] = vf[e] = 0.0f;
+        }
+#pragma unroll
+        for (int t = 0; t < DECODE_MAX_TOKENS; ++t) {
+            if (t >= n_tokens) break;
+            float s = 0.0f;
+#pragma unroll
+            for (int e = 0; e < V; ++e) s += qv[t][e] * kf[e];
+#pragma unroll
+            for (int off = LANES / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+            if (valid && j <= p0 + t) {  // causal: query t sits at position pos + t
+                const float mn = fmaxf(m[t], s);
+                const float a = rescale(m[t], mn), p = exp2f(s - mn);
+                l[t] = l[t] * a + p;
+#pragma unroll
+                for (int e = 0; e < V; ++e) acc[t][e] = acc[t][e] * a + p * vf[e];
+                m[t] = mn;
+            }
+        }
+    }
+    // merge the groups of a warp: lane i of a group meets lane i of the others (same elements)
+#pragma unroll
+    for (int off = LANES; off < 32; off *= 2) {
+#pragma unroll
+        for (int t = 0; t < DECODE_MAX_TOKENS; ++t) {
+            float acc2[V];
+            const float m2 = __shfl_xor_sync(0xffffffffu, m[t], off);
+            const float l2 = __shfl_xor_sync(0xffffffffu, l[t], off);
+#pragma unroll
+            for (int e = 0; e < V; ++e) acc2[e] = __shfl_xor_sync(0xffffffffu, acc[t][e], off);
+            merge(m[t], l[t], acc[t], m2, l2, acc2);
+        }
+    }
+    // then the warps, through shared memory: the first group of each warp holds its warp's sums
+    if (threadIdx.x % 32 < LANES) {
+#pragma unroll
+        for (int t = 0; t < DECODE_MAX_TOKENS; ++t) {  // unrolled: registers indexed by constants only
+            if (t >= n_tokens) break;
+#pragma unroll
+            for (int e = 0; e < V; ++e) s_acc[warp][t][lane * V + e] = acc[t][e];
+            if (lane == 0) {
+                s_m[warp][t] = m[t];
+                s_l[warp][t] = l[t];
+            }
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < n_tokens * DH; i += DECODE_THREADS) {
+        const int t = i / DH, e = i % DH;
+        float mt = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) mt = fmaxf(mt, s_m[w][t]);
+        float lt = 0.0f, at = 0.0f;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) {
+            const float f = rescale(s_m[w][t], mt);
+            lt += s_l[w][t] * f;
+            at += s_acc[w][t][e] * f;
+        }
+        const int64_t row = (static_cast<int64_t>(h) * n_splits + split) * n_tokens + t;
+        g_partial_acc[row * DH + e] = at;
+        if (e == 0) g_partial_ml[row] = make_float2(mt, lt);
+    }
+    // TODO(lab5/02) end
+}
+
+// The partials of head blockIdx.x, query blockIdx.y -> out (n_tokens, heads, DH); one thread per element.
+template <typename T, int DH>
+__global__ void __launch_bounds__(DH) attention_combine_kernel(T* __restrict__ out, const int64_t* __restrict__ pos,
+                                                              int n_tokens, int heads, int64_t cache_rows,
+                                                              int64_t chunk, int n_splits) {
+    // TODO(lab5/02) begin: the splits the split kernel filled (as many as cover min(pos + n_tokens, cache_rows) keys), their largest m, then l and acc summed with the factors exp2(m_split - m); out = acc / l rounded once (0 where no key was seen); see the chapter's section "Flash-decoding"; about 20 lines.
+    const int h = blockIdx.x, t = blockIdx.y, e = threadIdx.x;
+    const int64_t last = min64(pos[0] + n_tokens, cache_rows);
+    const int active = last <= 0 ? 0 : static_cast<int>(min64((last + chunk - 1) / chunk, n_splits));
+    const int64_t first = static_cast<int64_t>(h) * n_splits * n_tokens + t;  // split 0's row; the next is n_tokens on
+    float mt = -INFINITY;
+    for (int s = 0; s < active; ++s) mt = fmaxf(mt, g_partial_ml[first + static_cast<int64_t>(s) * n_tokens].x);
+    float lt = 0.0f, at = 0.0f;
+    for (int s = 0; s < active; ++s) {
+        const int64_t row = first + static_cast<int64_t>(s) * n_tokens;
+        const float2 ml = g_partial_ml[row];
+        const float f = rescale(ml.x, mt);
+        lt += ml.y * f;
+        at += g_partial_acc[row * DH + e] * f;
+    }
+    out[(static_cast<int64_t>(t) * heads + h) * DH + e] = from_f<T>(lt > 0.0f ? at / lt : 0.0f);
+    // TODO(lab5/02) end
+}
+
+// prefill: block (query tile, h) holds BQ queries of head h; the block walks the keys they see in
+// tiles of BK, staged (as float32) in shared memory, and each warp keeps the online softmax of its
+// ROWS queries. A lane owns one key of the tile for the scores and DH / 32 elements of the output.
+constexpr int PREFILL_WARPS = 4;
+constexpr int ROWS = 4;                     // queries per warp
+constexpr int BQ = PREFILL_WARPS * ROWS;   // queries per block
+constexpr int BK = 32;                      // keys per tile: one per lane
+static_assert(BK == 32, "a key tile has one key per lane of a warp");
+
+template <typename T, int DH>
+__global__ void __launch_bounds__(PREFILL_WARPS * 32)
+    attention_prefill_kernel(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k,
+                             const T* __restrict__ v, const int64_t* __restrict__ pos, int64_t n_tokens, int heads,
+                             int kv_heads, int64_t cache_rows, float scale_log2) {
+    // TODO(lab5/02) begin: stage the block's queries (scaled by scale_log2, zeros past n_tokens); walk the key tiles below min(pos + last query of the block + 1, cache_rows) (zeros past it: never read those rows): stage K and V, each lane scores its key against the warp's ROWS queries, mask (key > pos + t, or t past n_tokens), the online softmax per query (warp max and sum), p through shared memory, acc += p * V; write acc / l rounded once; see the chapter's section "Flash attention"; about 75 lines.
+    constexpr int PER_LANE = DH / 32;
+    __shared__ __align__(16) float s_q[BQ][DH];
+    __shared__ float s_k[BK][DH + 1];  // +1: lane j reads row j, the rows fall in different banks
+    __shared__ __align__(16) float s_v[BK][DH];
+    __shared__ __align__(16) float s_p[PREFILL_WARPS][ROWS][BK];
+    const int h = blockIdx.y, kvh = h / (heads / kv_heads);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t q0 = static_cast<int64_t>(blockIdx.x) * BQ;
+    const int64_t p0 = pos[0];
+    for (int i = threadIdx.x; i < BQ * DH; i += blockDim.x) {
+        const int r = i / DH, d = i % DH;
+        const int64_t t = q0 + r;
+        s_q[r][d] = t < n_tokens ? to_f(q[(t * heads + h) * DH + d]) * scale_log2 : 0.0f;
+    }
+    // the keys this block may read: up to the last query's own position
+    const int64_t kmax = max64(0, min64(p0 + min64(q0 + BQ, n_tokens), cache_rows));
+    float m[ROWS], l[ROWS], acc[ROWS][PER_LANE];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < PER_LANE; ++i) acc[r][i] = 0.0f;
+    }
+    const int64_t row_stride = static_cast<int64_t>(kv_heads) * DH;
+    for (int64_t k0 = 0; k0 < kmax; k0 += BK) {
+        __syncthreads();  // the last tile is consumed (and, the first time, s_q is written)
+        for (int i = threadIdx.x; i < BK * DH; i += blockDim.x) {
+            const int r = i / DH, d = i % DH;
+            const int64_t j = k0 + r;
+            const bool in = j < kmax;
+            s_k[r][d] = in ? to_f(k[j * row_stride + kvh * DH + d]) : 0.0f;
+            s_v[r][d] = in ? to_f(v[j * row_stride + kvh * DH + d]) : 0.0f;
+        }
+        __syncthreads();
+        float s[ROWS];
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) s[r] = 0.0f;
+#pragma unroll 4
+        for (int d = 0; d < DH; d += 4) {
+            const float k0v = s_k[lane][d], k1v = s_k[lane][d + 1], k2v = s_k[lane][d + 2], k3v = s_k[lane][d + 3];
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r) {
+                const float4 qq = *reinterpret_cast<const float4*>(&s_q[warp * ROWS + r][d]);  // a broadcast
+                s[r] += qq.x * k0v + qq.y * k1v + qq.z * k2v + qq.w * k3v;
+            }
+        }
+        const int64_t j = k0 + lane;
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            const int64_t t = q0 + warp * ROWS + r;
+            const bool ok = t < n_tokens && j <= p0 + t && j < kmax;
+            const float sv = ok ? s[r] : -INFINITY;
+            const float mn = fmaxf(m[r], warp_max(sv));
+            const float p = ok ? exp2f(sv - mn) : 0.0f;
+            const float a = rescale(m[r], mn);
+            l[r] = l[r] * a + warp_sum(p);
+#pragma unroll
+            for (int i = 0; i < PER_LANE; ++i) acc[r][i] *= a;
+            m[r] = mn;
+            s_p[warp][r][lane] = p;
+        }
+        __syncwarp();
+#pragma unroll 2
+        for (int jj = 0; jj < BK; jj += 4) {
+            float4 pr[ROWS];
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r) pr[r] = *reinterpret_cast<const float4*>(&s_p[warp][r][jj]);
+#pragma unroll
+            for (int i = 0; i < PER_LANE; ++i) {
+                const int d = lane + 32 * i;
+                const float v0 = s_v[jj][d], v1 = s_v[jj + 1][d], v2 = s_v[jj + 2][d], v3 = s_v[jj + 3][d];
+#pragma unroll
+                for (int r = 0; r < ROWS; ++r) acc[r][i] += pr[r].x * v0 + pr[r].y * v1 + pr[r].z * v2 + pr[r].w * v3;
+            }
+        }
+        __syncwarp();  // s_p is rewritten by the next tile
+    }
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+        const int64_t t = q0 + warp * ROWS + r;
+        if (t >= n_tokens) continue;
+        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+#pragma unroll
+        for (int i = 0; i < PER_LANE; ++i) out[(t * heads + h) * DH + lane + 32 * i] = from_f<T>(acc[r][i] * inv);
+    }
+    // TODO(lab5/02) end
+}
+
+template <typename T, int DH>
+static cudaError_t attention_dh(T* out, const T* q, const T* k, const T* v, const int64_t* pos, int64_t n_tokens,
+                                int64_t heads, int64_t kv_heads, int64_t cache_rows, float scale, cudaStream_t stream) {
+    const float scale_log2 = scale * LOG2E;
+    const int64_t rows_per_split = heads * n_tokens;  // partial rows one split of every head fills
+    if (n_tokens <= DECODE_MAX_TOKENS && rows_per_split <= SCRATCH_ROWS) {
+        // as many splits as fit the scratch, MIN_CHUNK keys each at least; sized by cache_rows (the
+        // launch is fixed for the graph's lifetime), the splits past the run's prefix return at once
+        int64_t splits = (cache_rows + MIN_CHUNK - 1) / MIN_CHUNK;
+        splits = min64(splits, min64(MAX_SPLITS, SCRATCH_ROWS / rows_per_split));
+        splits = max64(splits, 1);
+        const int64_t chunk = (cache_rows + splits - 1) / splits;
+        splits = max64((cache_rows + chunk - 1) / chunk, 1);
+        if (heads > 65535) return cudaErrorInvalidValue;
+        const dim3 grid(static_cast<unsigned int>(splits), static_cast<unsigned int>(heads));
+        attention_split_kernel<T, DH><<<grid, DECODE_THREADS, 0, stream>>>(
+            q, k, v, pos, static_cast<int>(n_tokens), static_cast<int>(heads), static_cast<int>(kv_heads), cache_rows,
+            chunk, static_cast<int>(splits), scale_log2);
+        CUDA_CHECK(cudaGetLastError());
+        const dim3 cgrid(static_cast<unsigned int>(heads), static_cast<unsigned int>(n_tokens));
+        attention_combine_kernel<T, DH><<<cgrid, DH, 0, stream>>>(out, pos, static_cast<int>(n_tokens),
+                                                                 static_cast<int>(heads), cache_rows, chunk,
+                                                                 static_cast<int>(splits));
+        return cudaGetLastError();
+    }
+    const int64_t tiles = (n_tokens + BQ - 1) / BQ;
+    if (tiles > 0x7fffffff || heads > 65535) return cudaErrorInvalidValue;
+    const dim3 grid(static_cast<unsigned int>(tiles), static_cast<unsigned int>(heads));
+    attention_prefill_kernel<T, DH><<<grid, PREFILL_WARPS * 32, 0, stream>>>(
+        out, q, k, v, pos, n_tokens, static_cast<int>(heads), static_cast<int>(kv_heads), cache_rows, scale_log2);
+    return cudaGetLastError();
+}
+
+template <typename T>
+static cudaError_t attention(T* out, const T* q, const T* k, const T* v, const int64_t* pos, int64_t n_tokens,
+                             int64_t heads, int64_t kv_heads, int64_t dh, int64_t cache_rows, float scale,
+                             cudaStream_t stream) {
+    if (n_tokens < 1 || heads < 1 || kv_heads < 1 || heads % kv_heads != 0 || cache_rows < 1) {
+        return cudaErrorInvalidValue;
+    }
+    if (!aligned16(q) || !aligned16(k) || !aligned16(v)) return cudaErrorInvalidValue;  // 16-byte vector loads
+    if (dh == 32) return attention_dh<T, 32>(out, q, k, v, pos, n_tokens, heads, kv_heads, cache_rows, scale, stream);
+    if (dh == 64) return attention_dh<T, 64>(out, q, k, v, pos, n_tokens, heads, kv_heads, cache_rows, scale, stream);
+    if (dh == 128) return attention_dh<T, 128>(out, q, k, v, pos, n_tokens, heads, kv_heads, cache_rows, scale, stream);
+    return cudaErrorInvalidValue;
+}
+
+// ---- the C entry points: each template three times --------------------------------------------------
+
+#define KILN_LLM_DEFINE(SUFFIX, T)                                                                                    \
+    COURSE_API cudaError_t kiln_embedding_##SUFFIX(T* out, const T* table, const int64_t* tokens, int64_t n_tokens,   \
+                                                   int64_t vocab, int64_t d, cudaStream_t stream) {                  \
+        return copy_rows<T>(0, out, table, tokens, n_tokens, vocab, d, stream);                                      \
+    }                                                                                                                \
+    COURSE_API cudaError_t kiln_rmsnorm_##SUFFIX(T* out, const T* x, const T* w, int64_t rows, int64_t d, float eps, \
+                                                 cudaStream_t stream) {                                              \
+        return rmsnorm<T>(out, x, w, rows, d, eps, stream);                                                          \
+    }                                                                                                                \
+    COURSE_API cudaError_t kiln_rope_##SUFFIX(T* out, const T* x, const int64_t* pos, const float* inv_freq,          \
+                                              int64_t n_tokens, int64_t heads, int64_t dh, int layout,              \
+                                              cudaStream_t stream) {                                                 \
+        return rope<T>(out, x, pos, inv_freq, n_tokens, heads, dh, layout, stream);                                  \
+    }                                                                                                                \
+    COURSE_API cudaError_t kiln_kv_update_##SUFFIX(T* cache, const T* value, const int64_t* pos, int64_t cache_rows, \
+                                                   int64_t n_tokens, int64_t row_elems, cudaStream_t stream) {       \
+        return copy_rows<T>(1, cache, value, pos, n_tokens, cache_rows, row_elems, stream);                          \
+    }                                                                                                                \
+    COURSE_API cudaError_t kiln_attention_##SUFFIX(T* out, const T* q, const T* k, const T* v, const int64_t* pos,    \
+                                                   int64_t n_tokens, int64_t heads, int64_t kv_heads, int64_t dh,   \
+                                                   int64_t cache_rows, float scale, cudaStream_t stream) {          \
+        return attention<T>(out, q, k, v, pos, n_tokens, heads, kv_heads, dh, cache_rows, scale, stream);            \
+    }
+
+KILN_LLM_DEFINE(f32, float)
+KILN_LLM_DEFINE(f16, __half)
+KILN_LLM_DEFINE(bf16, __nv_bfloat16)

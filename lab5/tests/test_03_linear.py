@@ -1,0 +1,364 @@
+"""Checks for lab5/kiln_llm/kernels/linear.cu: kiln_linear_f32/_f16/_bf16, out (m, n) = x (m, k) @ w (n, k).T
+with float32 sums and one rounding, after an epilogue: 0 none, 1 + a residual (m, n), 2 silu(x @ w.T) *
+(x @ w3.T) with a second weight w3 (n, k). m <= 8 is decode (the GEMV), m > 8 prefill (the GEMM).
+
+The inputs. Every case runs all three entry points, each on its own dtype's inputs rounded from one
+float32 draw: x standard normal, w and w3 standard normal divided by sqrt(k) (an nn.Linear-like
+scale), the residual standard normal. So x @ w.T is about N(0, 1) whatever k is: one absolute
+tolerance fits k = 8 and k = 4096 alike (it scales the error with sqrt(k) through the inputs instead
+of through the tolerance, which a task declares per dtype, not per case).
+
+The cases, written m x n x k and the epilogue. Decode: m = 1, 2, 5, 7 and 8 (1 to 8 rows of sums
+per lane; 5 and 7 leave rows of x unused in a compiled size of 8); n from 1 to 4096, mostly not a
+multiple of the 4 warps of a block or of anything else (9, 33, 77, 1003); k = 8 (one packet of 8
+halves per row, 31 idle lanes), 40, 264 and 1000 (a tail after the unrolled steps of 4 x 256), 4096
+(no tail). Prefill: m = 9 (the smallest GEMM), 64, 129 (one row past a 128-row tile), 512, with n =
+33, 200, 257, 1000 (partial 128- and 64-column tiles) and k = 8, 40 (a partial 32-wide step), 520,
+1000, 4096. Each epilogue appears on both paths. Timed: 1x32000x4096 (LLaMA's output projection
+at decode), 1x11008x4096 (its w1 and w3) and 512x4096x4096 (a 512-token prefill through wq).
+
+The reference is torch in float64 on the dtype's own (rounded) inputs, rounded once to the dtype.
+
+The tolerances. A right kernel's float32 sums differ from the float64 ones by about 2^-24 sqrt(k)
+times the partial sums' size: under 1e-5 here (the tensor cores' truncating adds, lab2's task 16,
+stay under 3e-5 at k = 4096 for this scale). Rounded to a 16-bit type, two such values may still
+fall on the two sides of a rounding boundary: one unit in the last place, at most 2^-10 relative for
+float16 (< 1e-3) and 2^-7 for bfloat16 (< 8e-3). So f16 is judged with atol = rtol = 1e-3, bf16 with
+8e-3, f32 with atol 1e-4 and rtol 1e-5 (10x the accumulation error). Rejected: a lost packet of k (8
+products of size 1/sqrt(k): 0.09 rms at k = 1000), a skipped residual (N(0, 1) off), swiglu with
+w read twice, sums kept in half precision (about 3e-3 at k = 4096), TF32 in the f32 path (5e-4 rms),
+an f16 copy of the f32 answer (5e-4 at |out| ~ 1), and any element never written (the grader's poison).
+
+Beyond the cases: `odd_k_in_f32` runs the f32 entry at k = 1, 3, 33 and 4099 (rows that are not
+16-byte aligned, the scalar path) for each epilogue on both paths; `k_not_multiple_of_8_refused`
+expects cudaErrorInvalidValue from the 16-bit entries at k = 12; `replays_in_a_cuda_graph` captures
+a decode and a prefill call and replays them on new data in the same buffers.
+
+Performance. The GEMV reads n x k weights once: bytes_moved counts them (and x, the output and the
+residual, which are noise beside them), so its share of the copy bandwidth is the share of DRAM's
+speed that the weight stream reaches. The copy it is compared with moves the same bytes, half read
+and half written (grader/child/timing.py, copy_bandwidth_like), and the copy's writes may still sit
+in L2 (50 MB on an H100) when its end event fires, while the GEMV writes almost nothing: the
+smaller the case, the faster the copy looks. At 1x11008x4096 (90 MB) up to half of the copy's
+traffic can hide in L2; at 1x32000x4096 (262 MB) at most a fifth, as for lab 2's reduction
+(256 MB, also judged at 85%). So the gate, 85% of the copy, is judged at 1x32000x4096 in float16;
+1x11008x4096 has a target of 75% that is not a gate. The prefill target (a quarter of cuBLAS at
+512x4096x4096, not a gate) is to be set from a measurement.
+"""
+
+from grader.child.context import RunContext
+from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, In, Int, Out, PerfTarget, Rule
+from grader.tasks.spec import Rng, Scalar
+
+STREAM = Scalar("stream", "u64")
+DTYPES = ("f32", "f16", "bf16")
+SIZES = ("m", "n", "k")
+TOLERANCE = {"f32": (1e-4, 1e-5), "f16": (1e-3, 1e-3), "bf16": (8e-3, 8e-3)}
+ELEM_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
+INVALID_VALUE = 1  # cudaErrorInvalidValue
+TIMING = "1x32000x4096 none (timed)"
+FFN_TIMING = "1x11008x4096 none (timed)"
+PREFILL_TIMING = "512x4096x4096 none (timed)"
+EPILOGUES = {0: "none", 1: "add", 2: "swiglu"}
+
+# (m, n, k, epilogue)
+DECODE = [
+    (1, 1, 8, 0),
+    (1, 9, 8, 0),
+    (1, 33, 264, 0),
+    (2, 100, 1000, 0),
+    (5, 1003, 1000, 0),
+    (7, 65, 264, 0),
+    (8, 64, 40, 0),
+    (1, 4096, 4096, 0),
+    (1, 257, 4096, 1),
+    (2, 31, 1000, 1),
+    (5, 77, 264, 1),
+    (8, 9, 8, 1),
+    (1, 255, 4096, 2),
+    (2, 130, 520, 2),
+    (5, 33, 1000, 2),
+    (8, 100, 40, 2),
+]
+PREFILL = [
+    (9, 130, 8, 0),
+    (64, 200, 520, 0),
+    (129, 33, 40, 0),
+    (129, 257, 1000, 0),
+    (512, 1000, 4096, 0),
+    (64, 257, 1000, 1),
+    (129, 200, 40, 1),
+    (9, 33, 264, 2),
+    (129, 257, 1000, 2),
+    (512, 200, 4096, 2),
+]
+
+
+def label(m: int, n: int, k: int, epilogue: int) -> str:
+    return f"{m}x{n}x{k} {EPILOGUES[epilogue]}"
+
+
+def case(m: int, n: int, k: int, epilogue: int, name: str = "", huge: bool = False) -> Case:
+    return Case(
+        name or label(m, n, k, epilogue),
+        small=m * n * k <= 1 << 22,
+        huge=huge,
+        m=m,
+        n=n,
+        k=k,
+        epilogue=epilogue,
+    )
+
+
+def args(dt: str) -> list:
+    return [
+        Int("epilogue"),
+        Out(f"out_{dt}", dt),
+        In(f"x_{dt}", dt),
+        In(f"w_{dt}", dt),
+        In(f"extra_{dt}", dt),
+        *(Scalar(s, "i64") for s in SIZES),
+        STREAM,
+    ]
+
+
+def torch_dt(dt: str):
+    import torch
+
+    return {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dt]
+
+
+def stream_of(rng: Rng) -> int:
+    """torch's current stream (0 when it is the default one), as the executor will pass it."""
+    if not str(rng.device).startswith("cuda"):
+        return 0
+    import torch
+
+    return torch.cuda.current_stream().cuda_stream
+
+
+def draw(rng: Rng, m: int, n: int, k: int, epilogue: int) -> dict:
+    """One float32 draw: x (m, k), w (n, k) and extra (the residual (m, n), w3 (n, k), or one
+    unused element), the weights at nn.Linear's scale so that x @ w.T is about N(0, 1)."""
+    x = rng.randn(m, k)
+    w = rng.randn(n, k) / k**0.5
+    extra = {0: lambda: rng.randn(1), 1: lambda: rng.randn(m, n), 2: lambda: rng.randn(n, k) / k**0.5}[epilogue]()
+    return {"x": x, "w": w, "extra": extra}
+
+
+def make_inputs(p, rng):
+    m, n, k, epilogue = p["m"], p["n"], p["k"], p["epilogue"]
+    base = draw(rng, m, n, k, epilogue)
+    values = {"epilogue": epilogue, "m": m, "n": n, "k": k, "stream": stream_of(rng)}
+    for dt in DTYPES:
+        for name, t in base.items():
+            values[f"{name}_{dt}"] = t.to(torch_dt(dt))
+    return values
+
+
+def expected(x, w, extra, epilogue: int):
+    """out in float64 from the dtype's own values, rounded once to their dtype."""
+    import torch
+
+    rows = max(1, (1 << 24) // w.shape[1])  # w in float64 a slice at a time: the huge case's is 17 GB whole
+    y = torch.cat([x.double() @ w[i : i + rows].double().T for i in range(0, w.shape[0], rows)], dim=1)
+    if epilogue == 1:
+        y = y + extra.double()
+    elif epilogue == 2:
+        y = torch.nn.functional.silu(y) * (x.double() @ extra.double().T)
+    return y.to(x.dtype)
+
+
+def reference(dt: str):
+    def ref(v):
+        return {f"out_{dt}": expected(v[f"x_{dt}"], v[f"w_{dt}"], v[f"extra_{dt}"], v["epilogue"])}
+
+    return ref
+
+
+# The baseline's own output, kept from call to call so that no timed call pays for an allocation.
+_OUT: dict = {}
+
+
+def torch_linear(dt: str):
+    """cuBLAS through torch, epilogue 0 only (the timed cases): a GEMV at m = 1, a GEMM beyond."""
+
+    def run(v, o):
+        import torch
+
+        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.matmul(v[f"x_{dt}"], v[f"w_{dt}"].T, out=o[f"out_{dt}"])  # w.T is a view: cuBLAS reads w as stored
+
+    return run
+
+
+def bytes_moved(dt: str):
+    def moved(v):
+        m, n, k, epilogue = v["m"], v["n"], v["k"], v["epilogue"]
+        weights = n * k * (2 if epilogue == 2 else 1)  # read once each, whatever m is
+        other = m * k + m * n * (2 if epilogue == 1 else 1)  # x, the output (and the residual)
+        return (weights + other) * ELEM_BYTES[dt]
+
+    return moved
+
+
+def flops(v):
+    return 2.0 * v["m"] * v["n"] * v["k"] * (2 if v["epilogue"] == 2 else 1)
+
+
+def entries() -> list[Entry]:
+    return [
+        Entry(
+            f"kiln_linear_{dt}",
+            args(dt),
+            reference=reference(dt),
+            baseline=torch_linear(dt),
+            bytes_moved=bytes_moved(dt),
+            flops=flops,
+            flop_peak="fp32" if dt == "f32" else "tensor",
+        )
+        for dt in DTYPES
+    ]
+
+
+def call(ctx: RunContext, dt: str, epilogue: int, x, w, extra, out) -> int:
+    import torch
+
+    m, k = x.shape
+    n = w.shape[0]
+    values = {
+        "epilogue": epilogue,
+        f"out_{dt}": out,
+        f"x_{dt}": x,
+        f"w_{dt}": w,
+        f"extra_{dt}": extra,
+        "m": m,
+        "n": n,
+        "k": k,
+        "stream": torch.cuda.current_stream().cuda_stream,
+    }
+    return ctx.entry(f"kiln_linear_{dt}")(values)
+
+
+def odd_k_in_f32(ctx: RunContext) -> None:
+    """float32 at k = 1, 3, 33 and 4099: rows of x and w that do not start on 16-byte boundaries
+    (the scalar path of the GEMV and the GEMM), every epilogue, m = 1, 5 (decode) and 17 (prefill)."""
+    import torch
+
+    from grader.child.compare import judge
+    from grader.child.context import seed_for
+
+    rng = Rng(seed_for(ctx.task, "odd k"), "cuda")
+    atol, rtol = TOLERANCE["f32"]
+    for k in (1, 3, 33, 4099):
+        for m in (1, 5, 17):
+            for epilogue in (0, 1, 2):
+                n = 37
+                v = draw(rng, m, n, k, epilogue)
+                out = torch.full((m, n), float("nan"), device="cuda")
+                where = f"kiln_linear_f32 at {label(m, n, k, epilogue)} (k % 4 != 0: rows not 16-byte aligned)"
+                ctx.check_rc("kiln_linear_f32", call(ctx, "f32", epilogue, v["x"], v["w"], v["extra"], out), where)
+                torch.cuda.synchronize()
+                report = judge("out", out, expected(v["x"], v["w"], v["extra"], epilogue), atol, rtol, None)
+                if report:
+                    ctx.fail(f"{where}: {report}")
+
+
+def k_not_multiple_of_8_refused(ctx: RunContext) -> None:
+    """The 16-bit entries need k % 8 == 0 (16-byte packets): k = 12 must be cudaErrorInvalidValue,
+    returned before anything runs (out keeps its contents)."""
+    import torch
+
+    for dt in ("f16", "bf16"):
+        for m in (1, 17):
+            t = torch_dt(dt)
+            x = torch.ones(m, 12, dtype=t, device="cuda")
+            w = torch.ones(16, 12, dtype=t, device="cuda")
+            out = torch.full((m, 16), 7.0, dtype=t, device="cuda")
+            unused = torch.zeros(1, dtype=t, device="cuda")  # epilogue 0 reads no extra
+            rc = call(ctx, dt, 0, x, w, unused, out)
+            torch.cuda.synchronize()
+            if rc != INVALID_VALUE:
+                ctx.fail(
+                    f"kiln_linear_{dt} with m = {m}, k = 12 returned {rc}, not cudaErrorInvalidValue ({INVALID_VALUE}):"
+                    f" the 16-bit kernels read rows in 16-byte packets, so k % 8 != 0 must be refused"
+                )
+            if not bool((out == 7.0).all()):
+                ctx.fail(f"kiln_linear_{dt} with k = 12 wrote into out although it refused the call")
+
+
+def replays_in_a_cuda_graph(ctx: RunContext) -> None:
+    """A decode call (1x300x1000, swiglu) and a prefill call (129x200x520, add) in float16 captured
+    into one CUDA graph on torch's capture stream, replayed twice on new data in the same buffers."""
+    import torch
+
+    from grader.child.compare import judge
+
+    atol, rtol = TOLERANCE["f16"]
+    shapes = [(1, 300, 1000, 2), (129, 200, 520, 1)]
+    bufs = []
+    for m, n, k, epilogue in shapes:
+        x = torch.empty(m, k, dtype=torch.float16, device="cuda")
+        w = torch.empty(n, k, dtype=torch.float16, device="cuda")
+        extra = torch.empty(*((n, k) if epilogue == 2 else (m, n)), dtype=torch.float16, device="cuda")
+        out = torch.empty(m, n, dtype=torch.float16, device="cuda")
+        bufs.append((epilogue, x, w, extra, out))
+
+    def refill() -> None:
+        for epilogue, x, w, extra, out in bufs:
+            k = x.shape[1]
+            x.copy_(torch.randn_like(x, dtype=torch.float32))
+            w.copy_(torch.randn_like(w, dtype=torch.float32) / k**0.5)
+            extra.copy_(torch.randn_like(extra, dtype=torch.float32) / (k**0.5 if epilogue == 2 else 1.0))
+            out.fill_(float("nan"))
+
+    refill()
+    calls = []
+    for epilogue, x, w, extra, out in bufs:
+        m, k = x.shape
+        values = {"epilogue": epilogue, "out_f16": out, "x_f16": x, "w_f16": w, "extra_f16": extra}
+        calls.append(("kiln_linear_f16", {**values, "m": m, "n": w.shape[0], "k": k}))
+    graph = ctx.captured(calls)
+    for replay in range(2):
+        refill()
+        graph.replay()
+        torch.cuda.synchronize()
+        for (m, n, k, epilogue), (_, x, w, extra, out) in zip(shapes, bufs, strict=True):
+            report = judge("out", out, expected(x, w, extra, epilogue), atol, rtol, None)
+            if report:
+                where = f"kiln_linear_f16 {label(m, n, k, epilogue)}, replay {replay + 1} of a captured CUDA graph"
+                ctx.fail(f"{where}: {report}")
+    del graph
+
+
+TASK = CudaTask(
+    lab="lab5",
+    number="03",
+    title="linear: decode GEMV and prefill GEMM",
+    sources=["kiln_llm/kernels/linear.cu"],
+    entries=entries(),
+    cases=[case(*c) for c in DECODE + PREFILL]
+    + [case(1, 32000, 4096, 0, TIMING), case(1, 11008, 4096, 0, FFN_TIMING), case(512, 4096, 4096, 0, PREFILL_TIMING)]
+    # `make grade`: a weight matrix past 2^31 elements (4 GiB in f16), read by the decode GEMV
+    + [case(1, (1 << 31) // 4096 + 3, 4096, 0, huge=True)],
+    make_inputs=make_inputs,
+    tolerance=TOLERANCE,
+    timing_case=TIMING,
+    checks=[k_not_multiple_of_8_refused, odd_k_in_f32, replays_in_a_cuda_graph],
+    timeout=240,
+    rules=[
+        NO_LIBRARIES,
+        Rule("require", r"\bmma_sync\s*\(|\bmma\.sync\b", "prefill multiplies on the tensor cores", strings=True),
+    ],
+    perf=[
+        PerfTarget("kiln_linear_f16", "share_of_copy", 0.85, 2, gate=True),
+        PerfTarget("kiln_linear_f16", "share_of_copy", 0.75, 1, gate=False, case=FFN_TIMING),
+        PerfTarget("kiln_linear_f16", "speedup", 0.25, 1, gate=False, case=PREFILL_TIMING),
+    ],
+)
+
+
+def test_linear(grade):
+    grade(TASK)
