@@ -404,9 +404,8 @@ class CudaExecutor:
     ) -> None:
         """`share_with`: another executor whose constants and buffers of the same name and type
         this one uses in place (lab 5's prompt graph and one-token graph hold one copy of the
-        weights and write one KV cache); they take no room in this executor's arena. Capturing
-        a graph (`use_graph`) runs every kernel once, writes included: build the executors that
-        share state before the first real run."""
+        weights and write one KV cache); they take no room in this executor's arena, and the
+        capture's warm-up run leaves the shared buffers as it found them."""
         check_graph(graph)
         _check_dtypes(graph)
         missing = sorted({n.op for n in graph.nodes if n.op not in SOURCES and n.op not in CUDA_LOWERINGS})
@@ -462,11 +461,16 @@ class CudaExecutor:
         if use_graph and self.launches:  # (a graph of views only launches nothing: no graph to capture)
             from kiln.capture import capture
 
+            # the capture's warm-up pass runs every kernel once, and writes the buffers: another
+            # executor's (a KV cache shared with it) are put back as they were, this one's zeroed
+            with torch.cuda.stream(self.stream):
+                saved = {n: self.tensors[n].clone() for n in graph.buffers if n in shared}
             self.cuda_graph = capture(self)  # task 07
-            # the capture's warm-up pass ran every kernel once: buffers start from zeros again
             with torch.cuda.stream(self.stream):
                 for n in graph.buffers:
-                    if n not in shared:  # another executor's state is its own
+                    if n in saved:
+                        self.tensors[n].copy_(saved[n])
+                    else:
                         self.tensors[n].zero_()
             self.stream.synchronize()
 
