@@ -17,7 +17,7 @@ from grader.build import nvcc as build
 from grader.build.nvcc import BuildUnit
 from grader.parent import runner, scoring
 from grader.records import TaskResult, Verdict
-from grader.tasks import NotebookTask, Task, TorchExtensionTask, catalogue
+from grader.tasks import NotebookTask, PythonTask, Task, TorchExtensionTask, catalogue
 from grader.tasks.spec import CudaTask
 from grader.tests import variants
 
@@ -102,9 +102,11 @@ def _grade(
     assert len({t.task_id for t in chosen}) == len(chosen), f"one variant per task in a grading run: {names}"
     sources = {t.task_id: _sources(lab, t, n) for t, n in zip(chosen, names, strict=True)}
     timeout = 120 if huge or timing == "bench" else (60 if timing != "off" else 20)
-    # a notebook runs all its cells before its checks, and an extension is built in the task process
-    # (a cold build takes about a minute): their own limits, not a kernel's
-    timeout = max([timeout] + [t.timeout or 0 for t in chosen if isinstance(t, NotebookTask | TorchExtensionTask)])
+    # a notebook runs all its cells before its checks, an extension is built in the task process
+    # (a cold build takes about a minute), and a Python task's tests build kernels and run models
+    # there (lab 5's generation on the GPU): their own limits, not a kernel's
+    slow = NotebookTask | TorchExtensionTask | PythonTask
+    timeout = max([timeout] + [t.timeout or 0 for t in chosen if isinstance(t, slow)])
     opts = runner.Options(timing=timing, sanitize=sanitize, huge=huge, timeout=timeout)
     return dict(zip(names, runner.grade(chosen, opts, sources), strict=True))
 
