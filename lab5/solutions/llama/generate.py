@@ -227,7 +227,7 @@ def generate(
         say("running on the CPU (kiln's CPU executor): expect a few tokens per second on a large model")
 
     path = Path(model_path)
-    config, weights = load(path, dtype=dtype)
+    config, weights = load(path, dtype=dtype, progress=_loading(path, say))
     tok = load_tokenizer(tokenizer_path or find_tokenizer(path), config.vocab_size)
     if tok.vocab_size > config.vocab_size:
         raise ValueError(f"the tokenizer has {tok.vocab_size} tokens but the model only {config.vocab_size}")
@@ -316,8 +316,21 @@ def use_solutions(packages: Sequence[str] = ("../lab4/kiln", "kiln_llm", "llama"
 # --- the command line (given) ----------------------------------------------------------------------
 
 
+def _loading(path: Path, say: Callable[[str], None]) -> Callable[[str, float], None]:
+    """The loader's progress, told at every tenth of the way: a 13 GB checkpoint takes a while."""
+    told = [-1]
+
+    def progress(what: str, fraction: float) -> None:
+        tenth = int(fraction * 10)
+        if tenth > told[0]:
+            told[0] = tenth
+            say(f"loading {path.name}: {100 * fraction:3.0f}% ({what})")
+
+    return progress
+
+
 def _gib(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB"
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def _stderr(msg: str) -> None:
