@@ -95,6 +95,7 @@ CASES = [
     case("decode T=4 pos=5 H6/2 dh64 D4100", t=4, pos=5, s=40, h=6, hkv=2, dh=64, d=4100, kv_shift=-1),
     case("decode T=2 pos=61 H8/8 dh64 D64 interleaved", t=2, pos=61, s=64, h=8, hkv=8, dh=64, d=64, layout=1),
     case("decode T=1 pos=90 H4/2 dh32 D128 (the tiny model)", t=1, pos=90, s=256, h=4, hkv=2, dh=32, d=128),
+    case("decode T=2 pos=3 H8/2 dh128 D512, a long cache", t=2, pos=3, s=2048, h=8, hkv=2, dh=128, d=512),
     # prefill: a fused flash attention
     case("prefill T=5 pos=0 H4/2 dh64 D96", t=5, pos=0, s=16, h=4, hkv=2, dh=64, d=96, bad_tokens=True),
     case("prefill T=21 pos=7 H4/2 dh32 D128 (the tiny model)", t=21, pos=7, s=64, h=4, hkv=2, dh=32, d=128),

@@ -324,17 +324,26 @@ constexpr float LOG2E = 1.4426950408889634f;
 // filled prefix once for the n_tokens queries of head h, and leaves per (h, split, t) the running max
 // m, the sum l of exp2(s - m) and the unnormalized sum of exp2(s - m) * v in a static scratch; block
 // (h, t) of the combine kernel merges the splits. The scratch is sized once for the largest model
-// the course runs (SCRATCH_ROWS partial rows of up to 128 floats); the host code makes the chunks
-// longer when heads * splits * n_tokens would not fit.
+// the course runs (SCRATCH_ROWS partial rows of up to 128 floats): the host code launches fewer splits
+// when heads * splits * n_tokens would not fit, and run_chunk makes the chunks longer.
 constexpr int DECODE_MAX_TOKENS = 4;
 constexpr int DECODE_THREADS = 128;
-constexpr int MIN_CHUNK = 64;              // about this many keys per split (8 per group of lanes) or more
+constexpr int MIN_CHUNK = 32;              // keys per split at least (4 per group of lanes)
 constexpr int64_t MAX_SPLITS = 256;        // per head: more would only add partials to merge
 constexpr int64_t SCRATCH_ROWS = 1 << 15;  // 16 MiB of partial sums
 constexpr int MAX_DH = 128;
 
 __device__ float g_partial_acc[SCRATCH_ROWS * MAX_DH];  // (heads, splits, n_tokens, dh)
 __device__ float2 g_partial_ml[SCRATCH_ROWS];            // (heads, splits, n_tokens): (m, l)
+
+// The keys each split takes in this run: the filled prefix (last keys) shared out over the grid's
+// n_splits, min_chunk at least. The grid is fixed when a CUDA graph captures it, but the prefix
+// grows every step: sizing the chunk from pos, on the device, keeps every split busy at a short
+// prefix instead of leaving one block per head to read it all.
+__device__ __forceinline__ int64_t run_chunk(int64_t last, int n_splits, int64_t min_chunk) {
+    const int64_t even = (last + n_splits - 1) / n_splits;
+    return even > min_chunk ? even : min_chunk;
+}
 
 // Merges (m2, l2, acc2) into (m, l, acc): both running sums moved to the larger max.
 template <int N>
@@ -355,8 +364,8 @@ template <typename T, int DH>
 __global__ void __launch_bounds__(DECODE_THREADS)
     attention_split_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                            const int64_t* __restrict__ pos, int n_tokens, int heads, int kv_heads, int64_t cache_rows,
-                           int64_t chunk, int n_splits, float scale_log2) {
-    // TODO(lab5/02) begin: the keys of this split, [split * chunk, + chunk) cut at min(pos + n_tokens, cache_rows) (return at once when the split starts past it); each group walks its keys (every thread of the block the same number of steps: the shuffles need the whole warp), the score of every query t by a dot of 16-byte vectors and a shuffle sum inside the group, masked to keys <= pos + t, the online softmax update; then merge the groups (shuffles inside a warp, shared memory across warps) and write m, l and acc of every query to the scratch at ((h * n_splits + split) * n_tokens + t); see the chapter's section "Flash-decoding"; about 70 lines.
+                           int64_t min_chunk, int n_splits, float scale_log2) {
+    // TODO(lab5/02) begin: the keys of this split, [split * chunk, + chunk) with chunk = run_chunk(last, n_splits, min_chunk), cut at last = min(pos + n_tokens, cache_rows) (return at once when the split starts past it); each group walks its keys (every thread of the block the same number of steps: the shuffles need the whole warp), the score of every query t by a dot of 16-byte vectors and a shuffle sum inside the group, masked to keys <= pos + t, the online softmax update; then merge the groups (shuffles inside a warp, shared memory across warps) and write m, l and acc of every query to the scratch at ((h * n_splits + split) * n_tokens + t); see the chapter's section "Flash-decoding"; about 70 lines.
     constexpr int V = VEC<T>;
     constexpr int LANES = DH / V;  // f16/bf16: 16, 8 or 4 (dh 128, 64, 32); f32: 32, 16 or 8
     constexpr int GROUPS = DECODE_THREADS / LANES;
@@ -368,6 +377,7 @@ __global__ void __launch_bounds__(DECODE_THREADS)
     const int kvh = h / (heads / kv_heads);
     const int64_t p0 = pos[0];
     const int64_t last = min64(p0 + n_tokens, cache_rows);  // keys [0, last): the filled prefix
+    const int64_t chunk = run_chunk(last, n_splits, min_chunk);
     const int64_t begin = split * chunk;
     if (begin >= last) return;  // the same for the whole block: an idle split of a short prefix
     const int64_t end = min64(begin + chunk, last);
@@ -470,10 +480,11 @@ __global__ void __launch_bounds__(DECODE_THREADS)
 template <typename T, int DH>
 __global__ void __launch_bounds__(DH) attention_combine_kernel(T* __restrict__ out, const int64_t* __restrict__ pos,
                                                               int n_tokens, int heads, int64_t cache_rows,
-                                                              int64_t chunk, int n_splits) {
-    // TODO(lab5/02) begin: the splits the split kernel filled (as many as cover min(pos + n_tokens, cache_rows) keys), their largest m, then l and acc summed with the factors exp2(m_split - m); out = acc / l rounded once (0 where no key was seen); see the chapter's section "Flash-decoding"; about 20 lines.
+                                                              int64_t min_chunk, int n_splits) {
+    // TODO(lab5/02) begin: the splits the split kernel filled (as many chunks of run_chunk(last, n_splits, min_chunk) keys as cover last = min(pos + n_tokens, cache_rows)), their largest m, then l and acc summed with the factors exp2(m_split - m); out = acc / l rounded once (0 where no key was seen); see the chapter's section "Flash-decoding"; about 20 lines.
     const int h = blockIdx.x, t = blockIdx.y, e = threadIdx.x;
     const int64_t last = min64(pos[0] + n_tokens, cache_rows);
+    const int64_t chunk = run_chunk(last, n_splits, min_chunk);
     const int active = last <= 0 ? 0 : static_cast<int>(min64((last + chunk - 1) / chunk, n_splits));
     const int64_t first = static_cast<int64_t>(h) * n_splits * n_tokens + t;  // split 0's row; the next is n_tokens on
     float mt = -INFINITY;
@@ -600,13 +611,13 @@ static cudaError_t attention_dh(T* out, const T* q, const T* k, const T* v, cons
     const float scale_log2 = scale * LOG2E;
     const int64_t rows_per_split = heads * n_tokens;  // partial rows one split of every head fills
     if (n_tokens <= DECODE_MAX_TOKENS && rows_per_split <= SCRATCH_ROWS) {
-        // as many splits as fit the scratch, MIN_CHUNK keys each at least; sized by cache_rows (the
-        // launch is fixed for the graph's lifetime), the splits past the run's prefix return at once
+        // as many splits as a full cache needs at MIN_CHUNK keys each, as many as fit the scratch;
+        // the launch is fixed for the graph's lifetime, and each run shares its prefix out over
+        // them (run_chunk), the splits past it returning at once
         int64_t splits = (cache_rows + MIN_CHUNK - 1) / MIN_CHUNK;
         splits = min64(splits, min64(MAX_SPLITS, SCRATCH_ROWS / rows_per_split));
         splits = max64(splits, 1);
-        const int64_t chunk = (cache_rows + splits - 1) / splits;
-        splits = max64((cache_rows + chunk - 1) / chunk, 1);
+        const int64_t chunk = MIN_CHUNK;
         if (heads > 65535) return cudaErrorInvalidValue;
         const dim3 grid(static_cast<unsigned int>(splits), static_cast<unsigned int>(heads));
         attention_split_kernel<T, DH><<<grid, DECODE_THREADS, 0, stream>>>(
