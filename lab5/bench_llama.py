@@ -213,29 +213,6 @@ def bench_kiln(config: Any, weights: dict[str, Any], prompt: list[int], steps: i
 
 # --- transformers on the same weights ---------------------------------------------------------------
 
-_HF_LAYER = {
-    "attention_norm": "input_layernorm",
-    "wq": "self_attn.q_proj",
-    "wk": "self_attn.k_proj",
-    "wv": "self_attn.v_proj",
-    "wo": "self_attn.o_proj",
-    "ffn_norm": "post_attention_layernorm",
-    "w1": "mlp.gate_proj",
-    "w2": "mlp.down_proj",
-    "w3": "mlp.up_proj",
-}
-
-
-def hf_name(ours: str) -> str:
-    if ours == "tok_embeddings":
-        return "model.embed_tokens.weight"
-    if ours == "norm":
-        return "model.norm.weight"
-    if ours == "output":
-        return "lm_head.weight"
-    _, i, short = ours.split(".")
-    return f"model.layers.{i}.{_HF_LAYER[short]}.weight"
-
 
 def hf_model(config: Any, weights: dict[str, Any]) -> Any:
     """LlamaForCausalLM whose parameters ARE our tensors: built on the meta device (no memory, no
@@ -261,6 +238,8 @@ def hf_model(config: Any, weights: dict[str, Any]) -> Any:
     )
     with torch.device("meta"):
         model = transformers.LlamaForCausalLM(cfg)
+    from llama.checkpoint import hf_name
+
     model.load_state_dict({hf_name(n): t for n, t in weights.items()}, strict=True, assign=True)
     with torch.device(DEVICE):
         model.model.rotary_emb = LlamaRotaryEmbedding(config=cfg)  # its buffers were on meta

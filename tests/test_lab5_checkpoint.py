@@ -645,3 +645,12 @@ def test_load_llama2c_casts_on_request(tmp_path):
     c, w = load(path, dtype="float16")
     assert c.dtype == "float16" and all(t.dtype == torch.float16 for t in w.values())
     assert w["output"] is w["tok_embeddings"]
+
+
+def test_hf_name_is_the_loaders_table_inverted():
+    """`llama.checkpoint.hf_name` (the benchmark builds transformers' model with it) against the
+    names written out above, for every tensor of a two-layer model."""
+    from llama.checkpoint import hf_name as ours_to_hf
+
+    for name in ["tok_embeddings", "norm", "output"] + [f"layers.{i}.{s}" for i in (0, 1) for s in HF_NAMES]:
+        assert ours_to_hf(name) == hf_name(name), name

@@ -53,6 +53,7 @@ __all__ = [
     "convert_rope_layout",
     "expected_shapes",
     "export_llama2c",
+    "hf_name",
     "load",
     "load_hf",
     "load_llama2c",
@@ -149,6 +150,19 @@ def _hf_name(name: str) -> str | None:
         if m.group(2) in _HF_LAYER:
             return f"layers.{m.group(1)}.{_HF_LAYER[m.group(2)]}"
     return None
+
+
+def hf_name(ours: str) -> str:
+    """The Hugging Face (LlamaForCausalLM) name of one of our tensor names: `layers.3.wq` ->
+    `model.layers.3.self_attn.q_proj.weight`, the inverse of the loader's table."""
+    if ours == "output":
+        return "lm_head.weight"
+    top = {v: k for k, v in _HF_TOP.items()}
+    if ours in top:
+        return f"model.{top[ours]}"
+    layer = {v: k for k, v in _HF_LAYER.items()}
+    _, i, short = ours.split(".")
+    return f"model.layers.{i}.{layer[short]}"
 
 
 # --- Hugging Face ---------------------------------------------------------------------------------

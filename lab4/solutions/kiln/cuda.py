@@ -68,35 +68,41 @@ SIGNATURES: dict[str, list[Any]] = {
 # --- given: loading the kernels, error strings, the lowering registry ----------------------------
 
 
-@functools.cache
-def load_kernels() -> ctypes.CDLL:
-    """Every kiln/kernels/*.cu built into one shared library (the grader's cached nvcc build)."""
+def build_kernels(
+    folder: Path, *, name: str, group: str, stem: str, signatures: Mapping[str, list[Any]]
+) -> ctypes.CDLL:
+    """Every `folder/*.cu` built into one shared library through the grader's cached nvcc build,
+    loaded, and each entry point of `signatures` (name -> argtypes) declared as returning a
+    cudaError_t. The sources include their header as "<package>/kernels/<header>.h": the include
+    folder is the one above the package. Lab 5's kernels are built the same way."""
     from grader.build.nvcc import BuildUnit, build_all
     from grader.toolchain import ToolchainError
 
-    sources = tuple(sorted(KERNELS.glob("*.cu")))
+    sources = tuple(sorted(folder.glob("*.cu")))
     if not sources:
-        raise KilnRunError(f"no CUDA sources in {KERNELS}")
-    unit = BuildUnit(
-        name="kiln kernels",
-        sources=sources,
-        group="lab4",
-        stem="kiln_kernels",
-        # the kernels include "kiln/kernels/kiln_kernels.h": the folder above the package
-        include_dirs=(Path(__file__).parent.parent,),
-    )
+        raise KilnRunError(f"no CUDA sources in {folder}")
+    unit = BuildUnit(name=name, sources=sources, group=group, stem=stem, include_dirs=(folder.parent.parent,))
     try:
         result = build_all([unit])[unit]
     except ToolchainError as e:
-        raise KilnRunError(f"cannot build kiln's kernels: {e}") from None
+        raise KilnRunError(f"cannot build {name}: {e}") from None
     if not result.ok or result.lib is None:
-        raise KilnRunError(f"building kiln's kernels ({', '.join(s.name for s in sources)}) failed: {result.error}")
+        raise KilnRunError(f"building {name} ({', '.join(s.name for s in sources)}) failed: {result.error}")
     lib = ctypes.CDLL(str(result.lib))
-    for name, argtypes in SIGNATURES.items():
-        fn = getattr(lib, name)
+    missing = [entry for entry in signatures if not hasattr(lib, entry)]
+    if missing:
+        raise KilnRunError(f"{name}: the library defines no {', '.join(missing)} (see the header in {folder.name}/)")
+    for entry, argtypes in signatures.items():
+        fn = getattr(lib, entry)
         fn.argtypes = argtypes
         fn.restype = ctypes.c_int
     return lib
+
+
+@functools.cache
+def load_kernels() -> ctypes.CDLL:
+    """Every kiln/kernels/*.cu built into one shared library (the grader's cached nvcc build)."""
+    return build_kernels(KERNELS, name="kiln's kernels", group="lab4", stem="kiln_kernels", signatures=SIGNATURES)
 
 
 def error_string(rc: int) -> str:
