@@ -355,7 +355,8 @@ TASK = CudaTask(
     perf=[
         PerfTarget("kiln_linear_f16", "share_of_copy", 0.85, 2, gate=True),
         PerfTarget("kiln_linear_f16", "share_of_copy", 0.75, 1, gate=False, case=FFN_TIMING),
-        PerfTarget("kiln_linear_f16", "speedup", 0.25, 1, gate=False, case=PREFILL_TIMING),
+        # the reference reached 0.215x and 0.216x cuBLAS in two H100 runs: a WMMA kernel, not wgmma and TMA
+        PerfTarget("kiln_linear_f16", "speedup", 0.2, 1, gate=False, case=PREFILL_TIMING),
     ],
 )
 
