@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from kiln import ops
-from kiln.ir import SOURCES, DType, Graph, Node
+from kiln.ir import SOURCES, DType, Graph, Node, TensorType
 from kiln.planner import plan_memory
 from kiln.runtime import KilnRunError, check_inputs, torch_dtype
 from kiln.shapes import check_graph
@@ -304,13 +304,10 @@ def _planned(graph: Graph, shared: set[Node]) -> tuple[Graph, dict[Node, Node]]:
     """The graph the planner sees: a copy in which each shared source (memory another executor
     owns) takes one element, so the arena holds no second copy of it. Returns the copy and the
     map from each node to its copy."""
-    from kiln.ir import Node as IRNode
-    from kiln.ir import TensorType
-
     copy: dict[Node, Node] = {}
     for n in graph.nodes:
         ty = TensorType((1,), n.type.dtype) if n in shared else n.type
-        copy[n] = IRNode(n.name, n.op, tuple(copy[i] for i in n.inputs), n.attrs, ty)
+        copy[n] = Node(n.name, n.op, tuple(copy[i] for i in n.inputs), n.attrs, ty)
     return Graph(graph.name, list(copy.values()), [copy[o] for o in graph.outputs]), copy
 
 
