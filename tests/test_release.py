@@ -19,14 +19,16 @@ from grader.instructor import release, skeletons
     reason="needs the instructor repository (git checkout with solutions)",
 )
 def release_sensitive() -> list[str]:
-    """The grader's test files that read what a release leaves out (solutions, benchmarks, git):
-    only they can behave differently in a student tree; the rest run on the same code here."""
-    here = paths.ROOT / "grader" / "tests"
-    return [
+    """The test files, the grader's and the course's, that read what a release leaves out
+    (solutions, benchmarks, git): only they can behave differently in a student tree; the rest run
+    on the same code here. The README commands' check looks for the files the commands name."""
+    found = [
         str(f.relative_to(paths.ROOT))
+        for here in (paths.ROOT / "grader" / "tests", paths.ROOT / "tests")
         for f in sorted(here.glob("test_*.py"))
         if re.search(r"solutions|benchmarks|\.git\b", f.read_text())
     ]
+    return [*found, "tests/test_readme_commands.py"]
 
 
 def test_release_has_no_solutions_and_passes_its_checks(tmp_path):
@@ -47,7 +49,6 @@ def test_release_has_no_solutions_and_passes_its_checks(tmp_path):
             sys.executable,
             "-m",
             "pytest",
-            "tests",
             *release_sensitive(),
             "-q",
             "-p",
