@@ -326,6 +326,15 @@ class Rng:
 
         return torch.randn(*shape, generator=self.gen, device=self.device)
 
+    def stream(self) -> int:
+        """torch's current CUDA stream as a handle (0 on the CPU, or for the default stream): the
+        `stream` argument of an entry point that launches where its caller (an executor) says."""
+        if not str(self.device).startswith("cuda"):
+            return 0
+        import torch
+
+        return torch.cuda.current_stream().cuda_stream
+
     def integers(self, low: int, high: int, *shape: int, dtype: str = "i32") -> torch.Tensor:
         import torch
 

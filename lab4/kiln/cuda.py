@@ -41,7 +41,7 @@ import torch
 from kiln import ops
 from kiln.ir import SOURCES, DType, Graph, Node, TensorType
 from kiln.planner import plan_memory
-from kiln.runtime import KilnRunError, check_inputs, torch_dtype
+from kiln.runtime import KilnRunError, check_inputs, check_shared, torch_dtype
 from kiln.shapes import check_graph
 
 KERNELS = Path(__file__).parent / "kernels"
@@ -289,14 +289,8 @@ def _shared_sources(graph: Graph, other: CudaExecutor | None) -> dict[Node, torc
     out: dict[Node, torch.Tensor] = {}
     for n in graph.nodes:
         t = theirs.get((n.op, n.attrs.get("name")))
-        if n.op not in ("constant", "buffer") or t is None:
-            continue
-        if tuple(t.shape) != n.type.shape or t.dtype != torch_dtype(n.type.dtype):
-            raise KilnRunError(
-                f"{n.op} {n.attrs['name']!r} is {n.type} here but {t.dtype}{list(t.shape)} in the executor it shares"
-                " memory with"
-            )
-        out[n] = t
+        if n.op in ("constant", "buffer") and t is not None:
+            out[n] = check_shared(n, t)
     return out
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from kiln.ir import DType, Graph
+from kiln.ir import DType, Graph, Node
 
 
 class KilnRunError(ValueError):
@@ -52,3 +52,14 @@ def check_inputs(graph: Graph, inputs: Mapping[str, Any], device: str | torch.de
             raise KilnRunError(f"input {name!r} is not contiguous: pass t.contiguous() (kiln reads rows densely)")
         out[name] = t
     return out
+
+
+def check_shared(node: Node, t: torch.Tensor) -> torch.Tensor:
+    """Another executor's constant or buffer, taken for `node` (`share_with`): it must have the
+    node's type, or two graphs would read one memory as two different tensors."""
+    if tuple(t.shape) != node.type.shape or t.dtype != torch_dtype(node.type.dtype):
+        raise KilnRunError(
+            f"{node.op} {node.attrs['name']!r} is {node.type} here but {t.dtype}{list(t.shape)} in the executor"
+            " it shares memory with"
+        )
+    return t

@@ -101,15 +101,6 @@ def random_shapes(rank: int, rng: Rng) -> tuple[Shape, Shape]:
     return a, b
 
 
-def stream_of(rng: Rng) -> int:
-    """torch's current stream (0 when it is the default one), as the executor will pass it."""
-    if not str(rng.device).startswith("cuda"):
-        return 0
-    import torch
-
-    return torch.cuda.current_stream().cuda_stream
-
-
 def case(n: int, uop: int, a: Shape, b: Shape, bop: int, huge: bool = False) -> Case:
     out = broadcast(a, b)
     label = f"n={n} {UNARY[uop]}; {a} {BINARY[bop]} {b} -> {out}"
@@ -144,7 +135,7 @@ def make_inputs(p, rng):
         "meta": torch.tensor(meta, dtype=torch.int64),
         "a_shape": a_shape,
         "b_shape": b_shape,
-        "stream": stream_of(rng),
+        "stream": rng.stream(),
     }
 
 

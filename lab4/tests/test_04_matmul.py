@@ -31,7 +31,7 @@ the course's cards: this kernel's share of cuBLAS at this size depends on the ca
 
 from grader.child.context import RunContext
 from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, In, Out, PerfTarget, uses_shared_memory, uses_syncthreads
-from grader.tasks.spec import Rng, Scalar
+from grader.tasks.spec import Scalar
 
 STREAM = Scalar("stream", "u64")
 SIZES = ["batch", "m", "n", "k", "a_batch_stride", "b_batch_stride"]
@@ -78,15 +78,6 @@ def case(batch: int, m: int, k: int, n: int, shared: str, huge: bool = False) ->
     )
 
 
-def stream_of(rng: Rng) -> int:
-    """torch's current stream (0 when it is the default one), as the executor will pass it."""
-    if not str(rng.device).startswith("cuda"):
-        return 0
-    import torch
-
-    return torch.cuda.current_stream().cuda_stream
-
-
 def make_inputs(p, rng):
     batch, m, k, n, shared = p["batch"], p["m"], p["k"], p["n"], p["shared"]
     a_batch, b_batch = (1 if shared == "a" else batch), (1 if shared == "b" else batch)
@@ -99,7 +90,7 @@ def make_inputs(p, rng):
         "k": k,
         "a_batch_stride": 0 if a_batch == 1 else m * k,
         "b_batch_stride": 0 if b_batch == 1 else k * n,
-        "stream": stream_of(rng),
+        "stream": rng.stream(),
     }
 
 

@@ -158,15 +158,6 @@ def random_case(i: int, rank: int) -> Case:
     return Case(f"random rank {rank} #{i}", rank=rank)
 
 
-def stream_of(rng: Rng) -> int:
-    """torch's current stream (0 when it is the default one), as the executor will pass it."""
-    if not str(rng.device).startswith("cuda"):
-        return 0
-    import torch
-
-    return torch.cuda.current_stream().cuda_stream
-
-
 def make_inputs(p, rng):
     import torch
 
@@ -184,7 +175,7 @@ def make_inputs(p, rng):
         "value": rng.randn(numel(value)),
         "offsets": torch.tensor(pad(tuple(offsets), 0), dtype=torch.int64, device=rng.device),
         "update_meta": torch.tensor(pad(target, 1) + pad(value, 1), dtype=torch.int64),
-        "stream": stream_of(rng),
+        "stream": rng.stream(),
     }
 
 

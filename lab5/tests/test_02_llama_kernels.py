@@ -40,7 +40,7 @@ tensor and new data: a kernel that took pos by value, or read it on the host, ke
 
 from grader.child.context import RunContext
 from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, Float, In, InOut, Int, Out
-from grader.tasks.spec import Rng, Scalar
+from grader.tasks.spec import Scalar, torch_dtype
 
 STREAM = Scalar("stream", "u64")
 DTYPES = ("f32", "f16", "bf16")
@@ -149,21 +149,6 @@ def _args(dt: str) -> dict[str, list]:
     }  # fmt: skip
 
 
-def torch_dt(dt: str):
-    import torch
-
-    return {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dt]
-
-
-def stream_of(rng: Rng) -> int:
-    """torch's current stream (0 when it is the default one), as the executor will pass it."""
-    if not str(rng.device).startswith("cuda"):
-        return 0
-    import torch
-
-    return torch.cuda.current_stream().cuda_stream
-
-
 def inv_freq(dh: int, device: str):
     """config.inv_freq(): 1 / base^(2j / Dh) in float32, as Hugging Face computes it."""
     import torch
@@ -207,13 +192,13 @@ def make_inputs(p, rng):
         "row_elems": hkv * dh,
         "layout": c["layout"],
         "scale": dh**-0.5,
-        "stream": stream_of(rng),
+        "stream": rng.stream(),
     }
     table = rng.randn(v, d)
     cache = rng.randn(s, hkv, dh)
     new = rng.randn(t, hkv, dh)
     for dt in DTYPES:
-        c = torch_dt(dt)
+        c = torch_dtype(dt)
         values |= {
             f"table_{dt}": table.to(c),
             f"x_{dt}": x.to(c),

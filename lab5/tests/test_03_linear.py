@@ -48,7 +48,7 @@ traffic can hide in L2; at 1x32000x4096 (262 MB) at most a fifth, as for lab 2's
 
 from grader.child.context import RunContext
 from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, In, Int, Out, PerfTarget, Rule
-from grader.tasks.spec import Rng, Scalar
+from grader.tasks.spec import Rng, Scalar, torch_dtype
 
 STREAM = Scalar("stream", "u64")
 DTYPES = ("f32", "f16", "bf16")
@@ -122,21 +122,6 @@ def args(dt: str) -> list:
     ]
 
 
-def torch_dt(dt: str):
-    import torch
-
-    return {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dt]
-
-
-def stream_of(rng: Rng) -> int:
-    """torch's current stream (0 when it is the default one), as the executor will pass it."""
-    if not str(rng.device).startswith("cuda"):
-        return 0
-    import torch
-
-    return torch.cuda.current_stream().cuda_stream
-
-
 def draw(rng: Rng, m: int, n: int, k: int, epilogue: int) -> dict:
     """One float32 draw: x (m, k), w (n, k) and extra (the residual (m, n), w3 (n, k), or one
     unused element), the weights at nn.Linear's scale so that x @ w.T is about N(0, 1)."""
@@ -149,10 +134,10 @@ def draw(rng: Rng, m: int, n: int, k: int, epilogue: int) -> dict:
 def make_inputs(p, rng):
     m, n, k, epilogue = p["m"], p["n"], p["k"], p["epilogue"]
     base = draw(rng, m, n, k, epilogue)
-    values = {"epilogue": epilogue, "m": m, "n": n, "k": k, "stream": stream_of(rng)}
+    values = {"epilogue": epilogue, "m": m, "n": n, "k": k, "stream": rng.stream()}
     for dt in DTYPES:
         for name, t in base.items():
-            values[f"{name}_{dt}"] = t.to(torch_dt(dt))
+            values[f"{name}_{dt}"] = t.to(torch_dtype(dt))
     return values
 
 
@@ -273,7 +258,7 @@ def k_not_multiple_of_8_refused(ctx: RunContext) -> None:
 
     for dt in ("f16", "bf16"):
         for m in (1, 17):
-            t = torch_dt(dt)
+            t = torch_dtype(dt)
             x = torch.ones(m, 12, dtype=t, device="cuda")
             w = torch.ones(16, 12, dtype=t, device="cuda")
             out = torch.full((m, 16), 7.0, dtype=t, device="cuda")

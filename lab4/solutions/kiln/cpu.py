@@ -29,7 +29,7 @@ import torch
 
 from kiln import ops
 from kiln.ir import SOURCES, Graph, Node
-from kiln.runtime import KilnRunError, check_inputs, torch_dtype
+from kiln.runtime import KilnRunError, check_inputs, check_shared, torch_dtype
 
 # kernel(node, input values) -> output value; node.attrs and node.type say what to compute
 CPUKernel = Callable[[Node, Sequence[torch.Tensor]], torch.Tensor]
@@ -147,12 +147,7 @@ def _shared(other: CPUExecutor | None, table: str, node: Node) -> torch.Tensor |
     if other is None:
         return None
     t = getattr(other, table).get(node.attrs["name"])
-    if t is not None and (tuple(t.shape) != node.type.shape or t.dtype != torch_dtype(node.type.dtype)):
-        raise KilnRunError(
-            f"{node.op} {node.attrs['name']!r} is {node.type} here but {t.dtype}{list(t.shape)} in the executor"
-            " it shares memory with"
-        )
-    return t
+    return None if t is None else check_shared(node, t)
 
 
 class CPUExecutor:
