@@ -178,7 +178,7 @@ class LlamaModel:
     def _run(self, executor: Any, tokens: list[int], last: bool) -> torch.Tensor:
         """Runs `tokens` (checked) from self.pos on `executor` and advances self.pos: float32
         logits (T, V) on the CPU, or (V,) of the last position only when `last`."""
-        # TODO(lab5/05) begin: feed tokens and pos on the device, run, advance pos (7 lines); see "Prefill and decode"
+        # TODO(lab5/05) begin: feed tokens and pos, run, advance pos; on the GPU by the executor's slots (20 lines)
         raise NotImplementedError("lab5/05: run tokens from pos")  # ~
         # TODO(lab5/05) end
 

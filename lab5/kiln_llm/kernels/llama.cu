@@ -100,9 +100,9 @@ __device__ __forceinline__ uint32_t f_to_bits<__nv_bfloat16>(float x) {
     return __bfloat16_as_ushort(__float2bfloat16_rn(x));
 }
 
+// The VEC<T> elements of a 16-byte vector's bits, as float32.
 template <typename T>
-__device__ __forceinline__ void load_vec(const T* p, float (&f)[VEC<T>]) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+__device__ __forceinline__ void unpack_vec(const uint4 raw, float (&f)[VEC<T>]) {
     const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
     constexpr int PER_WORD = VEC<T> / 4;  // 1 float or 2 halves in each 32-bit word
     constexpr int BITS = 32 / PER_WORD;
@@ -111,6 +111,11 @@ __device__ __forceinline__ void load_vec(const T* p, float (&f)[VEC<T>]) {
         const uint32_t w = words[i / PER_WORD] >> (BITS * (i % PER_WORD));
         f[i] = bits_to_f<T>(PER_WORD == 1 ? w : (w & 0xffffu));
     }
+}
+
+template <typename T>
+__device__ __forceinline__ void load_vec(const T* p, float (&f)[VEC<T>]) {
+    unpack_vec<T>(*reinterpret_cast<const uint4*>(p), f);
 }
 
 template <typename T>
@@ -164,6 +169,8 @@ struct Bits<4> {
 template <typename U>
 __global__ void copy_rows_kernel(int mode, U* __restrict__ dst, const U* __restrict__ src,
                                  const int64_t* __restrict__ index, int64_t n_rows, int64_t limit, int64_t row_units) {
+    wait_for_previous();
+    start_next();
     // TODO(lab5/02) begin: a grid-stride loop over n_rows * row_units units; per unit, the row r and the unit inside it, then the row to read (embedding: tokens[r], zeros when outside [0, limit)) or to write (kv_update: pos[0] + r, skipped when outside [0, limit)); see the chapter's section "Kernels that only move rows"; about 15 lines.
     // TODO(lab5/02) end
 }
@@ -176,12 +183,12 @@ static cudaError_t copy_rows(int mode, T* dst, const T* src, const int64_t* inde
     const int64_t row_bytes = row_elems * static_cast<int64_t>(sizeof(T));
     if (row_bytes % 16 == 0 && aligned16(dst) && aligned16(src)) {
         const int64_t units = row_bytes / 16;
-        copy_rows_kernel<uint4><<<blocks_for(n_rows * units), THREADS, 0, stream>>>(
-            mode, reinterpret_cast<uint4*>(dst), reinterpret_cast<const uint4*>(src), index, n_rows, limit, units);
+        launch_chained(copy_rows_kernel<uint4>, dim3(blocks_for(n_rows * units)), dim3(THREADS), stream, mode,
+                       reinterpret_cast<uint4*>(dst), reinterpret_cast<const uint4*>(src), index, n_rows, limit, units);
     } else {
         using U = typename Bits<sizeof(T)>::type;
-        copy_rows_kernel<U><<<blocks_for(n_rows * row_elems), THREADS, 0, stream>>>(
-            mode, reinterpret_cast<U*>(dst), reinterpret_cast<const U*>(src), index, n_rows, limit, row_elems);
+        launch_chained(copy_rows_kernel<U>, dim3(blocks_for(n_rows * row_elems)), dim3(THREADS), stream, mode,
+                       reinterpret_cast<U*>(dst), reinterpret_cast<const U*>(src), index, n_rows, limit, row_elems);
     }
     return cudaGetLastError();
 }
@@ -213,6 +220,8 @@ __device__ float block_sum(float v) {
 template <typename T, bool VECTOR>
 __global__ void __launch_bounds__(NORM_THREADS)
     rmsnorm_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ w, int64_t d, float eps) {
+    wait_for_previous();
+    start_next();
     // TODO(lab5/02) begin: the sum of x^2 over row blockIdx.x in float32 (strided over the threads, 16-byte vectors when VECTOR, then block_sum), r = rsqrt(sum / d + eps), then out = round(round(x * r) * w) element by element (HF's order); the row may be any length, not a multiple of the block; see the chapter's section "RMSNorm"; about 35 lines.
     // TODO(lab5/02) end
 }
@@ -223,9 +232,9 @@ static cudaError_t rmsnorm(T* out, const T* x, const T* w, int64_t rows, int64_t
     if (rows == 0) return cudaSuccess;
     const unsigned int grid = static_cast<unsigned int>(rows);
     if (d % VEC<T> == 0 && aligned16(out) && aligned16(x) && aligned16(w)) {
-        rmsnorm_kernel<T, true><<<grid, NORM_THREADS, 0, stream>>>(out, x, w, d, eps);
+        launch_chained(rmsnorm_kernel<T, true>, dim3(grid), dim3(NORM_THREADS), stream, out, x, w, d, eps);
     } else {
-        rmsnorm_kernel<T, false><<<grid, NORM_THREADS, 0, stream>>>(out, x, w, d, eps);
+        launch_chained(rmsnorm_kernel<T, false>, dim3(grid), dim3(NORM_THREADS), stream, out, x, w, d, eps);
     }
     return cudaGetLastError();
 }
@@ -236,6 +245,8 @@ static cudaError_t rmsnorm(T* out, const T* x, const T* w, int64_t rows, int64_t
 template <typename T>
 __global__ void rope_kernel(T* out, const T* x, const int64_t* __restrict__ pos, const float* __restrict__ inv_freq,
                             int64_t n_tokens, int64_t heads, int64_t dh, int layout) {
+    wait_for_previous();
+    start_next();
     // TODO(lab5/02) begin: a grid-stride loop over the n_tokens * heads * dh/2 pairs: the pair's token (its position pos[0] + t as a float), its j and its two elements by the layout (half: j and j + dh/2; interleaved: 2j and 2j + 1), the angle in float32, sincosf, both outputs rounded once; see the chapter's section "Rotary embeddings"; about 15 lines.
     // TODO(lab5/02) end
 }
@@ -246,7 +257,8 @@ static cudaError_t rope(T* out, const T* x, const int64_t* pos, const float* inv
     if (n_tokens < 0 || heads < 0 || dh < 2 || dh % 2 != 0 || (layout != 0 && layout != 1)) return cudaErrorInvalidValue;
     const int64_t pairs = n_tokens * heads * (dh / 2);
     if (pairs == 0) return cudaSuccess;
-    rope_kernel<T><<<blocks_for(pairs), THREADS, 0, stream>>>(out, x, pos, inv_freq, n_tokens, heads, dh, layout);
+    launch_chained(rope_kernel<T>, dim3(blocks_for(pairs)), dim3(THREADS), stream, out, x, pos, inv_freq, n_tokens, heads,
+                   dh, layout);
     return cudaGetLastError();
 }
 
@@ -265,6 +277,7 @@ constexpr float LOG2E = 1.4426950408889634f;
 constexpr int DECODE_MAX_TOKENS = 4;
 constexpr int DECODE_THREADS = 128;
 constexpr int MIN_CHUNK = 32;              // keys per split at least (4 per group of lanes)
+constexpr int KEYS = 4;                    // keys per group of lanes loaded at once
 constexpr int64_t MAX_SPLITS = 256;        // per head: more would only add partials to merge
 constexpr int64_t SCRATCH_ROWS = 1 << 15;  // 16 MiB of partial sums
 constexpr int MAX_DH = 128;
@@ -296,11 +309,15 @@ __device__ __forceinline__ void merge(float& m, float& l, float (&acc)[N], float
 // A group of LANES = DH / VEC<T> consecutive threads works on one key at a time (each thread one
 // 16-byte vector of the row: one coalesced row read per group); the block's GROUPS groups take
 // every GROUPS-th key of the split, each with its own running (m, l, acc) per query, merged at the end.
-template <typename T, int DH>
-__global__ void __launch_bounds__(DECODE_THREADS)
+// NT is the most queries the instantiation takes, n_tokens <= NT: 1 for a decode step proper, whose
+// sums then need a quarter of the registers (more blocks per SM), DECODE_MAX_TOKENS for the rest.
+template <typename T, int DH, int NT>
+__global__ void __launch_bounds__(DECODE_THREADS, NT == 1 ? 6 : 1)
     attention_split_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                            const int64_t* __restrict__ pos, int n_tokens, int heads, int kv_heads, int64_t cache_rows,
                            int64_t min_chunk, int n_splits, float scale_log2) {
+    wait_for_previous();
+    start_next();
     // TODO(lab5/02) begin: the keys of this split, [split * chunk, + chunk) with chunk = run_chunk(last, n_splits, min_chunk), cut at last = min(pos + n_tokens, cache_rows) (return at once when the split starts past it); each group walks its keys (every thread of the block the same number of steps: the shuffles need the whole warp), the score of every query t by a dot of 16-byte vectors and a shuffle sum inside the group, masked to keys <= pos + t, the online softmax update; then merge the groups (shuffles inside a warp, shared memory across warps) and write m, l and acc of every query to the scratch at ((h * n_splits + split) * n_tokens + t); see the chapter's section "Flash-decoding"; about 70 lines.
     // TODO(lab5/02) end
 }
@@ -310,6 +327,8 @@ template <typename T, int DH>
 __global__ void __launch_bounds__(DH) attention_combine_kernel(T* __restrict__ out, const int64_t* __restrict__ pos,
                                                               int n_tokens, int heads, int64_t cache_rows,
                                                               int64_t min_chunk, int n_splits) {
+    wait_for_previous();
+    start_next();
     // TODO(lab5/02) begin: the splits the split kernel filled (as many chunks of run_chunk(last, n_splits, min_chunk) keys as cover last = min(pos + n_tokens, cache_rows)), their largest m, then l and acc summed with the factors exp2(m_split - m); out = acc / l rounded once (0 where no key was seen); see the chapter's section "Flash-decoding"; about 20 lines.
     // TODO(lab5/02) end
 }
@@ -328,6 +347,8 @@ __global__ void __launch_bounds__(PREFILL_WARPS * 32)
     attention_prefill_kernel(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k,
                              const T* __restrict__ v, const int64_t* __restrict__ pos, int64_t n_tokens, int heads,
                              int kv_heads, int64_t cache_rows, float scale_log2) {
+    wait_for_previous();
+    start_next();
     // TODO(lab5/02) begin: stage the block's queries (scaled by scale_log2, zeros past n_tokens); walk the key tiles below min(pos + last query of the block + 1, cache_rows) (zeros past it: never read those rows): stage K and V, each lane scores its key against the warp's ROWS queries, mask (key > pos + t, or t past n_tokens), the online softmax per query (warp max and sum), p through shared memory, acc += p * V; write acc / l rounded once; see the chapter's section "Flash attention"; about 75 lines.
     // TODO(lab5/02) end
 }
@@ -347,14 +368,14 @@ static cudaError_t attention_dh(T* out, const T* q, const T* k, const T* v, cons
         const int64_t chunk = MIN_CHUNK;
         if (heads > 65535) return cudaErrorInvalidValue;
         const dim3 grid(static_cast<unsigned int>(splits), static_cast<unsigned int>(heads));
-        attention_split_kernel<T, DH><<<grid, DECODE_THREADS, 0, stream>>>(
-            q, k, v, pos, static_cast<int>(n_tokens), static_cast<int>(heads), static_cast<int>(kv_heads), cache_rows,
-            chunk, static_cast<int>(splits), scale_log2);
+        // one query (decode proper) keeps a quarter of the registers: more blocks fit an SM
+        launch_chained(n_tokens == 1 ? attention_split_kernel<T, DH, 1> : attention_split_kernel<T, DH, DECODE_MAX_TOKENS>, grid, dim3(DECODE_THREADS), stream, q, k, v, pos,
+                       static_cast<int>(n_tokens), static_cast<int>(heads), static_cast<int>(kv_heads), cache_rows, chunk,
+                       static_cast<int>(splits), scale_log2);
         CUDA_CHECK(cudaGetLastError());
         const dim3 cgrid(static_cast<unsigned int>(heads), static_cast<unsigned int>(n_tokens));
-        attention_combine_kernel<T, DH><<<cgrid, DH, 0, stream>>>(out, pos, static_cast<int>(n_tokens),
-                                                                 static_cast<int>(heads), cache_rows, chunk,
-                                                                 static_cast<int>(splits));
+        launch_chained(attention_combine_kernel<T, DH>, cgrid, dim3(DH), stream, out, pos, static_cast<int>(n_tokens),
+                       static_cast<int>(heads), cache_rows, chunk, static_cast<int>(splits));
         return cudaGetLastError();
     }
     const int64_t tiles = (n_tokens + BQ - 1) / BQ;

@@ -27,6 +27,49 @@
 
 #include "course.h"
 
+// ---- chained launches (programmatic dependent launch, sm_90 and later) ------------------------------
+//
+// A decode step is some 450 short kernels in a row; between two of them the GPU would drain the
+// first grid, then launch and ramp up the next. Launched by launch_chained(), a kernel may start
+// while the one before it on the stream is still finishing: its blocks take the SMs that grid
+// leaves free and wait there. In exchange every such kernel keeps one rule:
+//   wait_for_previous() comes before the first read of anything an earlier kernel wrote and before
+//   the first write to memory at all (the kernel before may still be reading it); it returns once
+//   that kernel has finished and its writes are visible. Reading what no kernel writes during a
+//   run (the weights) may come before it: that is the overlap.
+// start_next() lets the next chained kernel be scheduled (it, too, waits before touching data);
+// without it the next one starts only as this one's blocks exit. On cards before sm_90 both are
+// no-ops and the launch is an ordinary one.
+__device__ __forceinline__ void wait_for_previous() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void start_next() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+// kernel<<<grid, block, 0, stream>>>(args...), allowed to overlap the stream's previous kernel; returns
+// the launch's error. Only for kernels that call wait_for_previous() as described above.
+template <typename... Params, typename... Args>
+static cudaError_t launch_chained(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
+                                  Args... args) {
+    cudaLaunchAttribute chained[1];
+    chained[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    chained[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = chained;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
 // ---- task 02 (llama.cu) ----------------------------------------------------------------------------
 //
 // kiln_embedding_<t>(out, table, tokens, n_tokens, vocab, d)

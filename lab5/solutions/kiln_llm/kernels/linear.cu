@@ -117,6 +117,29 @@ constexpr int GEMV_THREADS = GEMV_WARPS * 32;
 // w3) per packet of x, and twice the sums would not fit in registers.
 __host__ __device__ constexpr int gemv_rows(int m, int nw) { return m >= 4 && nw == 1 ? 2 : 1; }
 
+// Of each row, what a warp's first stage of loads reads. Asking for more (whole rows) was slower
+// on an H100: a grid's first blocks then flood L2 and DRAM with requests the kernel before competes with.
+constexpr int PREFETCH_BYTES = 2048;
+
+// Asks L2 for the first PREFETCH_BYTES of this warp's rows row0 .. row0 + rows - 1 of w (and, for
+// swiglu, S = 2 * rows, of w3 = extra), one 128-byte line per lane: a hint that reads nothing into
+// registers, so it may run before wait_for_previous(). Rows past n are left out.
+template <typename T, int S>
+__device__ __forceinline__ void prefetch_rows(const T* w, const T* extra, int64_t row0, int rows, int64_t n, int64_t k) {
+    constexpr int LINES = PREFETCH_BYTES / 128;
+    const int lane = threadIdx.x % 32;
+    const int64_t row_bytes = k * static_cast<int64_t>(sizeof(T));
+#pragma unroll
+    for (int i = lane; i < S * LINES; i += 32) {
+        const int s = i / LINES;
+        const int64_t r = row0 + s % rows, at = static_cast<int64_t>(i % LINES) * 128;
+        if (r < n && at < row_bytes) {
+            const char* line = reinterpret_cast<const char*>((s < rows ? w : extra) + r * k) + at;
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+        }
+    }
+}
+
 // out (m, n) = x (m, k) @ w (n, k).T (+ epilogue), m <= M. Warp j of block b owns rows
 // (b * GEMV_WARPS + j) * ROWS ... + ROWS - 1 of w (and of w3 = extra for swiglu); lane l reads
 // packets l, l + 32, l + 64, ... of each row, so one warp instruction reads 512 contiguous bytes
@@ -131,6 +154,11 @@ __global__ void __launch_bounds__(GEMV_THREADS)
     constexpr int S = ROWS * NW;          // row streams per warp: stream s reads row s % ROWS of weight s / ROWS
     constexpr int STEP = 32 * VEC;        // elements of a row one warp instruction covers
     using P = Packet<T, VEC>;
+    // The weights are no kernel's output: the head of this warp's rows can be on its way to L2
+    // while the kernel before still runs. x is that kernel's output: nothing reads it before the wait.
+    prefetch_rows<T, S>(w, extra, (static_cast<int64_t>(blockIdx.x) * GEMV_WARPS + threadIdx.x / 32) * ROWS, ROWS, n, k);
+    wait_for_previous();
+    start_next();
     // TODO(lab5/03) begin: find this warp's ROWS rows (clamped to n - 1 for reading), clear M x S float32 sums, walk k by stages of U * STEP: start loading the next stage's U x S packets of w, then multiply the current stage's with a packet of every row of x and add the products; finish the tail of k one STEP at a time (a lane whose packet starts at or past k reads nothing); reduce every sum over the warp with shuffles and write the rows below n through finish(); see the chapter's section "Decode is a GEMV: streaming the weights"; about 50 lines; try m = 1, n = 9, k = 8 and m = 5, n = 1003, k = 1000.
     const int lane = threadIdx.x % 32;
     const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * GEMV_WARPS + threadIdx.x / 32) * ROWS;
@@ -278,6 +306,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     constexpr int FM = 64 / FRAG;        // fragments per warp along m
     constexpr int FN = WN / FRAG;        // fragments per warp along n, per weight
     __shared__ __align__(128) T smem[2 * TC_STAGE];
+    wait_for_previous();
+    start_next();
     // TODO(lab5/03) begin: clear NW x FM x FN float accumulator fragments; stage step 0 with cp.async (zeros past m, n and k), then for every step of k: start staging the next step into the other stage, wait for this step's group, __syncthreads, multiply this stage's tiles on the tensor cores (A row-major from x's rows, B column-major from w's rows), __syncthreads; finally store every fragment through a per-warp scratch (the stages' memory, now free) and write the elements inside out through finish(); see the chapter's section "Prefill is a GEMM: tensor cores and cp.async"; about 70 lines; try m = 9, 129 and n = 33 at k = 8, 40 and 1000.
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int wm = warp / 4, wn = warp % 4;  // this warp's 64 rows and WN columns of the block tile
@@ -394,6 +424,8 @@ __global__ void __launch_bounds__(ST_THREADS)
     const int64_t m0 = (static_cast<int64_t>(blockIdx.x) % m_tiles) * ST_BM;
     const int64_t n0 = (static_cast<int64_t>(blockIdx.x) / m_tiles) * ST_BN;
     float acc[NW][ST_TM][ST_TN] = {};
+    wait_for_previous();
+    start_next();
     for (int64_t k0 = 0; k0 < k; k0 += ST_BK) {
         // consecutive threads read consecutive k of one row of x or w: 64-byte runs
 #pragma unroll
@@ -448,8 +480,8 @@ static void launch_gemv(T* out, const T* x, const T* w, const T* extra, int64_t 
                         cudaStream_t stream) {
     constexpr int64_t rows_per_block = GEMV_WARPS * gemv_rows(M, EPI == 2 ? 2 : 1);
     const int64_t blocks = (n + rows_per_block - 1) / rows_per_block;
-    gemv_kernel<T, VEC, M, EPI>
-        <<<static_cast<unsigned int>(blocks), GEMV_THREADS, 0, stream>>>(out, x, w, extra, static_cast<int>(m), n, k);
+    launch_chained(gemv_kernel<T, VEC, M, EPI>, dim3(static_cast<unsigned int>(blocks)), dim3(GEMV_THREADS), stream,
+                   out, x, w, extra, static_cast<int>(m), n, k);
 }
 
 // m (1 .. 8) rounded up to the next compiled size: 1, 2, 4 or 8 rows of sums per lane

@@ -100,9 +100,9 @@ __device__ __forceinline__ uint32_t f_to_bits<__nv_bfloat16>(float x) {
     return __bfloat16_as_ushort(__float2bfloat16_rn(x));
 }
 
+// The VEC<T> elements of a 16-byte vector's bits, as float32.
 template <typename T>
-__device__ __forceinline__ void load_vec(const T* p, float (&f)[VEC<T>]) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+__device__ __forceinline__ void unpack_vec(const uint4 raw, float (&f)[VEC<T>]) {
     const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
     constexpr int PER_WORD = VEC<T> / 4;  // 1 float or 2 halves in each 32-bit word
     constexpr int BITS = 32 / PER_WORD;
@@ -111,6 +111,11 @@ __device__ __forceinline__ void load_vec(const T* p, float (&f)[VEC<T>]) {
         const uint32_t w = words[i / PER_WORD] >> (BITS * (i % PER_WORD));
         f[i] = bits_to_f<T>(PER_WORD == 1 ? w : (w & 0xffffu));
     }
+}
+
+template <typename T>
+__device__ __forceinline__ void load_vec(const T* p, float (&f)[VEC<T>]) {
+    unpack_vec<T>(*reinterpret_cast<const uint4*>(p), f);
 }
 
 template <typename T>
@@ -164,6 +169,8 @@ struct Bits<4> {
 template <typename U>
 __global__ void copy_rows_kernel(int mode, U* __restrict__ dst, const U* __restrict__ src,
                                  const int64_t* __restrict__ index, int64_t n_rows, int64_t limit, int64_t row_units) {
+    wait_for_previous();
+    start_next();
     // TODO(lab5/02) begin: a grid-stride loop over n_rows * row_units units; per unit, the row r and the unit inside it, then the row to read (embedding: tokens[r], zeros when outside [0, limit)) or to write (kv_update: pos[0] + r, skipped when outside [0, limit)); see the chapter's section "Kernels that only move rows"; about 15 lines.
     const int64_t n = n_rows * row_units;
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -189,12 +196,12 @@ static cudaError_t copy_rows(int mode, T* dst, const T* src, const int64_t* inde
     const int64_t row_bytes = row_elems * static_cast<int64_t>(sizeof(T));
     if (row_bytes % 16 == 0 && aligned16(dst) && aligned16(src)) {
         const int64_t units = row_bytes / 16;
-        copy_rows_kernel<uint4><<<blocks_for(n_rows * units), THREADS, 0, stream>>>(
-            mode, reinterpret_cast<uint4*>(dst), reinterpret_cast<const uint4*>(src), index, n_rows, limit, units);
+        launch_chained(copy_rows_kernel<uint4>, dim3(blocks_for(n_rows * units)), dim3(THREADS), stream, mode,
+                       reinterpret_cast<uint4*>(dst), reinterpret_cast<const uint4*>(src), index, n_rows, limit, units);
     } else {
         using U = typename Bits<sizeof(T)>::type;
-        copy_rows_kernel<U><<<blocks_for(n_rows * row_elems), THREADS, 0, stream>>>(
-            mode, reinterpret_cast<U*>(dst), reinterpret_cast<const U*>(src), index, n_rows, limit, row_elems);
+        launch_chained(copy_rows_kernel<U>, dim3(blocks_for(n_rows * row_elems)), dim3(THREADS), stream, mode,
+                       reinterpret_cast<U*>(dst), reinterpret_cast<const U*>(src), index, n_rows, limit, row_elems);
     }
     return cudaGetLastError();
 }
@@ -226,6 +233,8 @@ __device__ float block_sum(float v) {
 template <typename T, bool VECTOR>
 __global__ void __launch_bounds__(NORM_THREADS)
     rmsnorm_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ w, int64_t d, float eps) {
+    wait_for_previous();
+    start_next();
     // TODO(lab5/02) begin: the sum of x^2 over row blockIdx.x in float32 (strided over the threads, 16-byte vectors when VECTOR, then block_sum), r = rsqrt(sum / d + eps), then out = round(round(x * r) * w) element by element (HF's order); the row may be any length, not a multiple of the block; see the chapter's section "RMSNorm"; about 35 lines.
     const T* row = x + static_cast<int64_t>(blockIdx.x) * d;
     T* dst = out + static_cast<int64_t>(blockIdx.x) * d;
@@ -270,9 +279,9 @@ static cudaError_t rmsnorm(T* out, const T* x, const T* w, int64_t rows, int64_t
     if (rows == 0) return cudaSuccess;
     const unsigned int grid = static_cast<unsigned int>(rows);
     if (d % VEC<T> == 0 && aligned16(out) && aligned16(x) && aligned16(w)) {
-        rmsnorm_kernel<T, true><<<grid, NORM_THREADS, 0, stream>>>(out, x, w, d, eps);
+        launch_chained(rmsnorm_kernel<T, true>, dim3(grid), dim3(NORM_THREADS), stream, out, x, w, d, eps);
     } else {
-        rmsnorm_kernel<T, false><<<grid, NORM_THREADS, 0, stream>>>(out, x, w, d, eps);
+        launch_chained(rmsnorm_kernel<T, false>, dim3(grid), dim3(NORM_THREADS), stream, out, x, w, d, eps);
     }
     return cudaGetLastError();
 }
@@ -283,6 +292,8 @@ static cudaError_t rmsnorm(T* out, const T* x, const T* w, int64_t rows, int64_t
 template <typename T>
 __global__ void rope_kernel(T* out, const T* x, const int64_t* __restrict__ pos, const float* __restrict__ inv_freq,
                             int64_t n_tokens, int64_t heads, int64_t dh, int layout) {
+    wait_for_previous();
+    start_next();
     // TODO(lab5/02) begin: a grid-stride loop over the n_tokens * heads * dh/2 pairs: the pair's token (its position pos[0] + t as a float), its j and its two elements by the layout (half: j and j + dh/2; interleaved: 2j and 2j + 1), the angle in float32, sincosf, both outputs rounded once; see the chapter's section "Rotary embeddings"; about 15 lines.
     const int64_t half = dh / 2;
     const int64_t n = n_tokens * heads * half;
@@ -310,7 +321,8 @@ static cudaError_t rope(T* out, const T* x, const int64_t* pos, const float* inv
     if (n_tokens < 0 || heads < 0 || dh < 2 || dh % 2 != 0 || (layout != 0 && layout != 1)) return cudaErrorInvalidValue;
     const int64_t pairs = n_tokens * heads * (dh / 2);
     if (pairs == 0) return cudaSuccess;
-    rope_kernel<T><<<blocks_for(pairs), THREADS, 0, stream>>>(out, x, pos, inv_freq, n_tokens, heads, dh, layout);
+    launch_chained(rope_kernel<T>, dim3(blocks_for(pairs)), dim3(THREADS), stream, out, x, pos, inv_freq, n_tokens, heads,
+                   dh, layout);
     return cudaGetLastError();
 }
 
@@ -329,6 +341,7 @@ constexpr float LOG2E = 1.4426950408889634f;
 constexpr int DECODE_MAX_TOKENS = 4;
 constexpr int DECODE_THREADS = 128;
 constexpr int MIN_CHUNK = 32;              // keys per split at least (4 per group of lanes)
+constexpr int KEYS = 4;                    // keys per group of lanes loaded at once
 constexpr int64_t MAX_SPLITS = 256;        // per head: more would only add partials to merge
 constexpr int64_t SCRATCH_ROWS = 1 << 15;  // 16 MiB of partial sums
 constexpr int MAX_DH = 128;
@@ -360,19 +373,23 @@ __device__ __forceinline__ void merge(float& m, float& l, float (&acc)[N], float
 // A group of LANES = DH / VEC<T> consecutive threads works on one key at a time (each thread one
 // 16-byte vector of the row: one coalesced row read per group); the block's GROUPS groups take
 // every GROUPS-th key of the split, each with its own running (m, l, acc) per query, merged at the end.
-template <typename T, int DH>
-__global__ void __launch_bounds__(DECODE_THREADS)
+// NT is the most queries the instantiation takes, n_tokens <= NT: 1 for a decode step proper, whose
+// sums then need a quarter of the registers (more blocks per SM), DECODE_MAX_TOKENS for the rest.
+template <typename T, int DH, int NT>
+__global__ void __launch_bounds__(DECODE_THREADS, NT == 1 ? 6 : 1)
     attention_split_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                            const int64_t* __restrict__ pos, int n_tokens, int heads, int kv_heads, int64_t cache_rows,
                            int64_t min_chunk, int n_splits, float scale_log2) {
+    wait_for_previous();
+    start_next();
     // TODO(lab5/02) begin: the keys of this split, [split * chunk, + chunk) with chunk = run_chunk(last, n_splits, min_chunk), cut at last = min(pos + n_tokens, cache_rows) (return at once when the split starts past it); each group walks its keys (every thread of the block the same number of steps: the shuffles need the whole warp), the score of every query t by a dot of 16-byte vectors and a shuffle sum inside the group, masked to keys <= pos + t, the online softmax update; then merge the groups (shuffles inside a warp, shared memory across warps) and write m, l and acc of every query to the scratch at ((h * n_splits + split) * n_tokens + t); see the chapter's section "Flash-decoding"; about 70 lines.
     constexpr int V = VEC<T>;
     constexpr int LANES = DH / V;  // f16/bf16: 16, 8 or 4 (dh 128, 64, 32); f32: 32, 16 or 8
     constexpr int GROUPS = DECODE_THREADS / LANES;
     constexpr int WARPS = DECODE_THREADS / 32;
     static_assert(LANES <= 32 && 32 % LANES == 0, "a group of lanes lies inside one warp");
-    __shared__ float s_m[WARPS][DECODE_MAX_TOKENS], s_l[WARPS][DECODE_MAX_TOKENS];
-    __shared__ float s_acc[WARPS][DECODE_MAX_TOKENS][DH];
+    __shared__ float s_m[WARPS][NT], s_l[WARPS][NT];
+    __shared__ float s_acc[WARPS][NT][DH];
     const int split = blockIdx.x, h = blockIdx.y;
     const int kvh = h / (heads / kv_heads);
     const int64_t p0 = pos[0];
@@ -384,10 +401,10 @@ __global__ void __launch_bounds__(DECODE_THREADS)
     const int lane = threadIdx.x % LANES, group = threadIdx.x / LANES;
     const int warp = threadIdx.x / 32;
 
-    float qv[DECODE_MAX_TOKENS][V];
-    float m[DECODE_MAX_TOKENS], l[DECODE_MAX_TOKENS], acc[DECODE_MAX_TOKENS][V];
+    float qv[NT][V];
+    float m[NT], l[NT], acc[NT][V];
 #pragma unroll
-    for (int t = 0; t < DECODE_MAX_TOKENS; ++t) {
+    for (int t = 0; t < NT; ++t) {
         m[t] = -INFINITY;
         l[t] = 0.0f;
 #pragma unroll
@@ -401,32 +418,41 @@ __global__ void __launch_bounds__(DECODE_THREADS)
     const int64_t row_stride = static_cast<int64_t>(kv_heads) * DH;
     const T* k_head = k + static_cast<int64_t>(kvh) * DH + lane * V;
     const T* v_head = v + static_cast<int64_t>(kvh) * DH + lane * V;
-    for (int64_t base = begin; base < end; base += GROUPS) {  // uniform: every warp takes every step
-        const int64_t j = base + group;
-        const bool valid = j < end;
-        float kf[V], vf[V];
-        if (valid) {
-            load_vec(k_head + j * row_stride, kf);
-            load_vec(v_head + j * row_stride, vf);
-        } else {
+    // KEYS keys per group per step, all loaded before the first is scored: a split is a few dozen
+    // keys, and one round trip to memory for all of them beats one per key
+    for (int64_t base = begin; base < end; base += GROUPS * KEYS) {  // uniform: every warp takes every step
+        uint4 kr[KEYS], vr[KEYS];  // raw bits: half the registers of floats for f16 and bf16
 #pragma unroll
-            for (int e = 0; e < V; ++e) kf[e] = vf[e] = 0.0f;
+        for (int b = 0; b < KEYS; ++b) {
+            const int64_t j = base + b * GROUPS + group;
+            kr[b] = vr[b] = make_uint4(0, 0, 0, 0);  // zero bits are 0.0 in every type
+            if (j < end) {
+                kr[b] = *reinterpret_cast<const uint4*>(k_head + j * row_stride);
+                vr[b] = *reinterpret_cast<const uint4*>(v_head + j * row_stride);
+            }
         }
 #pragma unroll
-        for (int t = 0; t < DECODE_MAX_TOKENS; ++t) {
-            if (t >= n_tokens) break;
-            float s = 0.0f;
+        for (int b = 0; b < KEYS; ++b) {
+            const int64_t j = base + b * GROUPS + group;
+            float kf[V], vf[V];
+            unpack_vec<T>(kr[b], kf);
+            unpack_vec<T>(vr[b], vf);
 #pragma unroll
-            for (int e = 0; e < V; ++e) s += qv[t][e] * kf[e];
+            for (int t = 0; t < NT; ++t) {
+                if (t >= n_tokens) break;
+                float s = 0.0f;
 #pragma unroll
-            for (int off = LANES / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
-            if (valid && j <= p0 + t) {  // causal: query t sits at position pos + t
-                const float mn = fmaxf(m[t], s);
-                const float a = rescale(m[t], mn), p = exp2f(s - mn);
-                l[t] = l[t] * a + p;
+                for (int e = 0; e < V; ++e) s += qv[t][e] * kf[e];
 #pragma unroll
-                for (int e = 0; e < V; ++e) acc[t][e] = acc[t][e] * a + p * vf[e];
-                m[t] = mn;
+                for (int off = LANES / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+                if (j < end && j <= p0 + t) {  // causal: query t sits at position pos + t
+                    const float mn = fmaxf(m[t], s);
+                    const float a = rescale(m[t], mn), p = exp2f(s - mn);
+                    l[t] = l[t] * a + p;
+#pragma unroll
+                    for (int e = 0; e < V; ++e) acc[t][e] = acc[t][e] * a + p * vf[e];
+                    m[t] = mn;
+                }
             }
         }
     }
@@ -434,7 +460,7 @@ __global__ void __launch_bounds__(DECODE_THREADS)
 #pragma unroll
     for (int off = LANES; off < 32; off *= 2) {
 #pragma unroll
-        for (int t = 0; t < DECODE_MAX_TOKENS; ++t) {
+        for (int t = 0; t < NT; ++t) {
             float acc2[V];
             const float m2 = __shfl_xor_sync(0xffffffffu, m[t], off);
             const float l2 = __shfl_xor_sync(0xffffffffu, l[t], off);
@@ -446,7 +472,7 @@ __global__ void __launch_bounds__(DECODE_THREADS)
     // then the warps, through shared memory: the first group of each warp holds its warp's sums
     if (threadIdx.x % 32 < LANES) {
 #pragma unroll
-        for (int t = 0; t < DECODE_MAX_TOKENS; ++t) {  // unrolled: registers indexed by constants only
+        for (int t = 0; t < NT; ++t) {  // unrolled: registers indexed by constants only
             if (t >= n_tokens) break;
 #pragma unroll
             for (int e = 0; e < V; ++e) s_acc[warp][t][lane * V + e] = acc[t][e];
@@ -481,6 +507,8 @@ template <typename T, int DH>
 __global__ void __launch_bounds__(DH) attention_combine_kernel(T* __restrict__ out, const int64_t* __restrict__ pos,
                                                               int n_tokens, int heads, int64_t cache_rows,
                                                               int64_t min_chunk, int n_splits) {
+    wait_for_previous();
+    start_next();
     // TODO(lab5/02) begin: the splits the split kernel filled (as many chunks of run_chunk(last, n_splits, min_chunk) keys as cover last = min(pos + n_tokens, cache_rows)), their largest m, then l and acc summed with the factors exp2(m_split - m); out = acc / l rounded once (0 where no key was seen); see the chapter's section "Flash-decoding"; about 20 lines.
     const int h = blockIdx.x, t = blockIdx.y, e = threadIdx.x;
     const int64_t last = min64(pos[0] + n_tokens, cache_rows);
@@ -515,6 +543,8 @@ __global__ void __launch_bounds__(PREFILL_WARPS * 32)
     attention_prefill_kernel(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k,
                              const T* __restrict__ v, const int64_t* __restrict__ pos, int64_t n_tokens, int heads,
                              int kv_heads, int64_t cache_rows, float scale_log2) {
+    wait_for_previous();
+    start_next();
     // TODO(lab5/02) begin: stage the block's queries (scaled by scale_log2, zeros past n_tokens); walk the key tiles below min(pos + last query of the block + 1, cache_rows) (zeros past it: never read those rows): stage K and V, each lane scores its key against the warp's ROWS queries, mask (key > pos + t, or t past n_tokens), the online softmax per query (warp max and sum), p through shared memory, acc += p * V; write acc / l rounded once; see the chapter's section "Flash attention"; about 75 lines.
     constexpr int PER_LANE = DH / 32;
     __shared__ __align__(16) float s_q[BQ][DH];
@@ -620,14 +650,14 @@ static cudaError_t attention_dh(T* out, const T* q, const T* k, const T* v, cons
         const int64_t chunk = MIN_CHUNK;
         if (heads > 65535) return cudaErrorInvalidValue;
         const dim3 grid(static_cast<unsigned int>(splits), static_cast<unsigned int>(heads));
-        attention_split_kernel<T, DH><<<grid, DECODE_THREADS, 0, stream>>>(
-            q, k, v, pos, static_cast<int>(n_tokens), static_cast<int>(heads), static_cast<int>(kv_heads), cache_rows,
-            chunk, static_cast<int>(splits), scale_log2);
+        // one query (decode proper) keeps a quarter of the registers: more blocks fit an SM
+        launch_chained(n_tokens == 1 ? attention_split_kernel<T, DH, 1> : attention_split_kernel<T, DH, DECODE_MAX_TOKENS>, grid, dim3(DECODE_THREADS), stream, q, k, v, pos,
+                       static_cast<int>(n_tokens), static_cast<int>(heads), static_cast<int>(kv_heads), cache_rows, chunk,
+                       static_cast<int>(splits), scale_log2);
         CUDA_CHECK(cudaGetLastError());
         const dim3 cgrid(static_cast<unsigned int>(heads), static_cast<unsigned int>(n_tokens));
-        attention_combine_kernel<T, DH><<<cgrid, DH, 0, stream>>>(out, pos, static_cast<int>(n_tokens),
-                                                                 static_cast<int>(heads), cache_rows, chunk,
-                                                                 static_cast<int>(splits));
+        launch_chained(attention_combine_kernel<T, DH>, cgrid, dim3(DH), stream, out, pos, static_cast<int>(n_tokens),
+                       static_cast<int>(heads), cache_rows, chunk, static_cast<int>(splits));
         return cudaGetLastError();
     }
     const int64_t tiles = (n_tokens + BQ - 1) / BQ;
