@@ -78,7 +78,7 @@ VARIANTS: dict[str, Variant] = {
     ),
     "05_llama_graph.pos_fed_zero": Variant(
         "llama/model.py",
-        [("torch.tensor([self.pos], dtype", "torch.tensor([0], dtype")],
+        [("[*tokens, self.pos]", "[*tokens, 0]")],
         {"wrong"},
         "test_prefill_then_decode",
         "every run is fed pos 0: decode overwrites the first cache row and attends only to it",
@@ -92,7 +92,7 @@ VARIANTS: dict[str, Variant] = {
     ),
     "05_llama_graph.pos_not_advanced": Variant(
         "llama/model.py",
-        [("        self.pos += len(tokens)\n", "")],
+        [("self.pos += n\n", "pass  # pos never advances\n")],
         {"wrong"},
         "test_prefill_matches_hf",
         "pos never advances after a run",
