@@ -487,12 +487,13 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {out.relative_to(ROOT)}")
+    problems = gate(results, args.skip_hf) if args.solutions else []
     if args.write_readme:
         cmd = "python lab5/bench_llama.py" + (" --solutions" if args.solutions else "")
-        write_readme(f"Measured by `{cmd}` on {results['date']}:\n\n{text}")
+        failed = f" (its gate failed: {'; '.join(problems)})" if problems else ""
+        write_readme(f"Measured by `{cmd}` on {results['date']}{failed}:\n\n{text}")
         print(f"wrote the table into {README.relative_to(ROOT)}")
     if args.solutions:
-        problems = gate(results, args.skip_hf)
         for p in problems:
             print(f"GATE: {p}", file=sys.stderr)
         if problems:
