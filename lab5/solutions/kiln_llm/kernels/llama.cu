@@ -382,7 +382,7 @@ __global__ void __launch_bounds__(DECODE_THREADS, NT == 1 ? 6 : 1)
                            int64_t min_chunk, int n_splits, float scale_log2) {
     wait_for_previous();
     start_next();
-    // TODO(lab5/02) begin: the keys of this split, [split * chunk, + chunk) with chunk = run_chunk(last, n_splits, min_chunk), cut at last = min(pos + n_tokens, cache_rows) (return at once when the split starts past it); each group walks its keys (every thread of the block the same number of steps: the shuffles need the whole warp), the score of every query t by a dot of 16-byte vectors and a shuffle sum inside the group, masked to keys <= pos + t, the online softmax update; then merge the groups (shuffles inside a warp, shared memory across warps) and write m, l and acc of every query to the scratch at ((h * n_splits + split) * n_tokens + t); see the chapter's section "Flash-decoding"; about 70 lines.
+    // TODO(lab5/02) begin: the keys of this split, [split * chunk, + chunk) with chunk = run_chunk(last, n_splits, min_chunk), cut at last = min(pos + n_tokens, cache_rows) (return at once when the split starts past it); each group walks its keys, KEYS of them loaded before the first is scored, (every thread of the block the same number of steps: the shuffles need the whole warp), the score of every query t by a dot of 16-byte vectors and a shuffle sum inside the group, masked to keys <= pos + t, the online softmax update; then merge the groups (shuffles inside a warp, shared memory across warps) and write m, l and acc of every query to the scratch at ((h * n_splits + split) * n_tokens + t); see the chapter's section "Flash-decoding"; about 70 lines.
     constexpr int V = VEC<T>;
     constexpr int LANES = DH / V;  // f16/bf16: 16, 8 or 4 (dh 128, 64, 32); f32: 32, 16 or 8
     constexpr int GROUPS = DECODE_THREADS / LANES;
@@ -651,9 +651,11 @@ static cudaError_t attention_dh(T* out, const T* q, const T* k, const T* v, cons
         if (heads > 65535) return cudaErrorInvalidValue;
         const dim3 grid(static_cast<unsigned int>(splits), static_cast<unsigned int>(heads));
         // one query (decode proper) keeps a quarter of the registers: more blocks fit an SM
-        launch_chained(n_tokens == 1 ? attention_split_kernel<T, DH, 1> : attention_split_kernel<T, DH, DECODE_MAX_TOKENS>, grid, dim3(DECODE_THREADS), stream, q, k, v, pos,
-                       static_cast<int>(n_tokens), static_cast<int>(heads), static_cast<int>(kv_heads), cache_rows, chunk,
-                       static_cast<int>(splits), scale_log2);
+        auto* split_kernel =
+            n_tokens == 1 ? attention_split_kernel<T, DH, 1> : attention_split_kernel<T, DH, DECODE_MAX_TOKENS>;
+        launch_chained(split_kernel, grid, dim3(DECODE_THREADS), stream, q, k, v, pos, static_cast<int>(n_tokens),
+                       static_cast<int>(heads), static_cast<int>(kv_heads), cache_rows, chunk, static_cast<int>(splits),
+                       scale_log2);
         CUDA_CHECK(cudaGetLastError());
         const dim3 cgrid(static_cast<unsigned int>(heads), static_cast<unsigned int>(n_tokens));
         launch_chained(attention_combine_kernel<T, DH>, cgrid, dim3(DH), stream, out, pos, static_cast<int>(n_tokens),
