@@ -6,8 +6,9 @@ then forks one child per task. Each child is still a separate process with its o
 context, so isolation is unchanged: a crash or a hang ends that child alone.
 
 The server is started by the first graded run that finds none and exits after IDLE_SECONDS
-without work. Its socket name carries a hash of the grader's sources and the interpreter, so an
-edited grader never talks to a stale server. GRADER_FORKSERVER=0 turns it off.
+without work. Its socket name carries a hash of the grader's sources, the interpreter and the
+identity of the checkout's folder, so an edited grader, or a fresh clone in the same place, never
+talks to a stale server. GRADER_FORKSERVER=0 turns it off.
 """
 
 from __future__ import annotations
@@ -55,8 +56,13 @@ def enabled() -> bool:
 
 def socket_path() -> Path:
     """One server per user, interpreter, grader version and set of visible GPUs (so that the
-    workers of a batch, one per GPU, each have their own)."""
+    workers of a batch, one per GPU, each have their own), and per checkout and environment as
+    they exist on disk: a checkout deleted and cloned again at the same path (its .venv too) must
+    not reach a server still running from the old one, whose working folder and files are gone."""
     h = hashlib.sha256(sys.executable.encode() + os.environ.get("CUDA_VISIBLE_DEVICES", "*").encode())
+    for folder in (paths.ROOT, Path(sys.prefix)):
+        st = folder.stat()
+        h.update(f"{st.st_dev}:{st.st_ino}".encode())
     for f in sorted((paths.ROOT / "grader").rglob("*.py")):
         h.update(str(f.relative_to(paths.ROOT)).encode() + f.read_bytes())
     return Path(tempfile.gettempdir()) / f"cuda-course-{os.getuid()}-{h.hexdigest()[:12]}.sock"
