@@ -75,6 +75,28 @@ def linear_swiglu(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
     # TODO(lab5/01) end
 
 
+# --- the fused forms fusion.py makes (given): what the decode GEMV's RMSNorm prologue computes
+
+
+def _normalized(x: torch.Tensor, g: torch.Tensor, eps: float) -> torch.Tensor:
+    """rmsnorm(x, g) in float32, never rounded to F: the row the GEMV multiplies by."""
+    xf = x.float()
+    return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * g.float()  # (M, K)
+
+
+@register_cpu("rmsnorm_linear")
+def rmsnorm_linear(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
+    x, g, w = args
+    return (_normalized(x, g, node.attrs["eps"]) @ w.float().T).to(x.dtype)  # (M, N)
+
+
+@register_cpu("rmsnorm_linear_swiglu")
+def rmsnorm_linear_swiglu(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
+    x, g, w1, w3 = args
+    h = _normalized(x, g, node.attrs["eps"])
+    return (torch.nn.functional.silu(h @ w1.float().T) * (h @ w3.float().T)).to(x.dtype)  # (M, N)
+
+
 @register_cpu("rope")
 def rope(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
     # TODO(lab5/01) begin: turn pair j by (pos + t) * inv_freq[j] in fp32, in the node's layout; see "Rotary embeddings"

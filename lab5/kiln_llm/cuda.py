@@ -2,10 +2,10 @@
 
 Importing this module registers, with lab 4's `kiln.cuda.register_cuda`, one lowering per
 operator of kiln_llm/ops.py except `fused` (codegen.py lowers that one): embedding, rmsnorm, rope,
-kv_update, attention (task 02's kernels, kernels/llama.cu) and linear, linear_add, linear_swiglu
-(task 03's, kernels/linear.cu). Every kernel exists for f32, f16 and bf16; the node's dtype picks
-the symbol (kiln_rmsnorm_f16 for an f16 node). The entry points and their contracts are in
-kernels/llm_kernels.h.
+kv_update, attention (task 02's kernels, kernels/llama.cu) and linear, linear_add, linear_swiglu,
+rmsnorm_linear, rmsnorm_linear_swiglu (task 03's, kernels/linear.cu). Every kernel exists for
+f32, f16 and bf16; the node's dtype picks the symbol (kiln_rmsnorm_f16 for an f16 node). The entry
+points and their contracts are in kernels/llm_kernels.h.
 
 The lowerings follow lab 4's rules (lab4/kiln/cuda.py): a lowering runs once, when the executor is
 built, and fixes every pointer (into the executor's arena) and every size; the launch it returns
@@ -42,6 +42,7 @@ _ARGTYPES: dict[str, list[Any]] = {
     "kiln_kv_update": [_P, _P, _P, _I64, _I64, _I64, _P],
     "kiln_attention": [_P, _P, _P, _P, _P, _I64, _I64, _I64, _I64, _I64, _F32, _P],
     "kiln_linear": [_INT, _P, _P, _P, _P, _I64, _I64, _I64, _P],
+    "kiln_rmsnorm_linear": [_INT, _P, _P, _P, _F32, _P, _P, _I64, _I64, _I64, _P],
 }
 SIGNATURES: dict[str, list[Any]] = {f"{name}_{s}": args for name, args in _ARGTYPES.items() for s in SUFFIXES}
 
@@ -135,6 +136,23 @@ def _lower_linear(ex: CudaExecutor, node: Node) -> Launch:
 
 for _op in EPILOGUES:
     register_cuda(_op)(_lower_linear)
+
+
+def _lower_rmsnorm_linear(ex: CudaExecutor, node: Node) -> Launch:
+    """rmsnorm_linear (x, g, w) and rmsnorm_linear_swiglu (x, g, w1, w3): one kiln_rmsnorm_linear
+    call, the GEMV with its RMSNorm prologue (the fusion pass makes these for m <= 8 only)."""
+    out, x, g, w, *rest = _tensors(ex, node)
+    extra = rest[0] if rest else ctypes.c_void_p(None)
+    m, k = node.inputs[0].type.shape
+    n = node.inputs[2].type.shape[0]
+    epilogue = EPILOGUES[node.op.removeprefix("rmsnorm_")]
+    eps = float(node.attrs["eps"])
+    fn, stream = kernel("kiln_rmsnorm_linear", node), ex.stream_handle
+    return lambda: fn(epilogue, out, x, g, eps, w, extra, m, n, k, stream)
+
+
+for _op in ("rmsnorm_linear", "rmsnorm_linear_swiglu"):
+    register_cuda(_op)(_lower_rmsnorm_linear)
 
 
 __all__ = ["SIGNATURES", "kernel", "load_kernels"]

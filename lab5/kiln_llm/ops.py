@@ -14,9 +14,14 @@ positions and tokens are i64; RoPE's frequencies are f32 whatever F is. Shapes, 
     linear         x F[M, K], w F[N, K]                                -> F[M, N]    x @ w.T
     linear_add     x F[M, K], w F[N, K], r F[M, N]                     -> F[M, N]    x @ w.T + r
     linear_swiglu  x F[M, K], w1 F[N, K], w3 F[N, K]                   -> F[M, N]    silu(x @ w1.T) * (x @ w3.T)
+    rmsnorm_linear         x F[M, K], g F[K], w F[N, K]            {eps} -> F[M, N]  linear(rmsnorm(x, g), w)
+    rmsnorm_linear_swiglu  x F[M, K], g F[K], w1 F[N, K], w3 F[N, K] {eps} -> F[M, N]  linear_swiglu(rmsnorm(x, g), ...)
     rope           x F[T, Hx, Dh], pos i64[1], inv_freq f32[Dh/2] {layout} -> F[T, Hx, Dh]
     kv_update      cache F[S, Hkv, Dh], value F[T, Hkv, Dh], pos i64[1] -> the cache (a view)
     attention      q F[T, H, Dh], k F[S, Hkv, Dh], v F[S, Hkv, Dh], pos i64[1] {scale} -> F[T, H, Dh]
+
+The rmsnorm_ operators are what the fusion pass makes of a decode step's RMSNorm and the linears
+that read it (fusion.py): the normalized row stays in float32, unrounded, inside the GEMV.
 """
 
 from __future__ import annotations
@@ -146,6 +151,51 @@ def _linear_swiglu(inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> Te
 
 
 register(OpDef("linear_swiglu", 3, _linear_swiglu, doc="silu(x @ w1.T) * (x @ w3.T) in fp32, one rounding (SwiGLU)"))
+
+
+def _norm_weight(x: TensorType, g: TensorType, what: str) -> None:
+    if g.rank != 1 or g.shape[0] != x.shape[-1]:
+        raise ShapeError(
+            f"{what} of {x} with norm weight {g}: it must be {x.dtype.short}[{x.shape[-1]}] (x's last dimension)"
+        )
+
+
+def _rmsnorm_linear(inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:
+    x, g, w = inputs
+    _floats(inputs)
+    _number(attrs, "eps")
+    m, n = _linear_shapes(x, w)
+    _norm_weight(x, g, "rmsnorm_linear")
+    return make_type((m, n), x.dtype)
+
+
+register(
+    OpDef(
+        "rmsnorm_linear",
+        3,
+        _rmsnorm_linear,
+        attrs=("eps",),
+        doc="linear(rmsnorm(x, g), w): x * rsqrt(mean(x^2) + eps) * g in fp32, unrounded, then @ w.T, one rounding",
+    )
+)
+
+
+def _rmsnorm_linear_swiglu(inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:
+    x, g, w1, w3 = inputs
+    _number(attrs, "eps")
+    _norm_weight(x, g, "rmsnorm_linear_swiglu")
+    return _linear_swiglu([x, w1, w3], attrs)
+
+
+register(
+    OpDef(
+        "rmsnorm_linear_swiglu",
+        4,
+        _rmsnorm_linear_swiglu,
+        attrs=("eps",),
+        doc="linear_swiglu(rmsnorm(x, g), w1, w3), the normalized x in fp32, unrounded",
+    )
+)
 
 
 def _rope(inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:

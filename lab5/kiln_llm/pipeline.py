@@ -2,7 +2,7 @@
 
 On the GPU the fusion pass always runs: lab 4's kernels are float32, so every pointwise node of
 an f16 or bf16 model must become a generated kernel. `fuse=False` keeps that lowering but fuses
-nothing (each pointwise node its own kernel, every matmul epilogue a separate launch): the
+nothing (each pointwise node its own kernel, every matmul epilogue and RMSNorm a separate launch): the
 baseline the chapter measures fusion against. On the CPU the graph runs as it is.
 """
 
@@ -29,5 +29,5 @@ def compile(
     from kiln_llm import cuda  # noqa: F401 (registers the CUDA lowerings; needs no GPU to import)
     from kiln_llm.fusion import fuse as fusion_pass
 
-    lowered = fusion_pass(graph, chains=fuse, epilogues=fuse)
+    lowered = fusion_pass(graph, chains=fuse, epilogues=fuse, prologues=fuse)
     return kiln.compile(lowered, device, use_graph=use_graph, debug=debug, share_with=share_with)

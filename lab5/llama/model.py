@@ -141,6 +141,9 @@ class LlamaModel:
             raise ValueError(f"max_seq must be positive, got {self.max_seq}")
         self.fuse, self.use_graph = fuse, use_graph
         self.pos = 0
+        # pinned host memory a GPU run of T tokens copies through, made once per T: (ids i64[T + 1]
+        # for the tokens and pos, the last row of logits F[V])
+        self.staging: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         # the decode executor comes first and owns the weights and caches; every prefill
         # executor (one per prompt length, made when first needed) uses them in place
         self.decoder = self._compile(1)
@@ -178,7 +181,7 @@ class LlamaModel:
     def _run(self, executor: Any, tokens: list[int], last: bool) -> torch.Tensor:
         """Runs `tokens` (checked) from self.pos on `executor` and advances self.pos: float32
         logits (T, V) on the CPU, or (V,) of the last position only when `last`."""
-        # TODO(lab5/05) begin: feed tokens and pos, run, advance pos; on the GPU by the executor's slots (20 lines)
+        # TODO(lab5/05) begin: feed tokens and pos, run, advance pos; GPU: the slots, self.staging (24 lines)
         raise NotImplementedError("lab5/05: run tokens from pos")  # ~
         # TODO(lab5/05) end
 

@@ -145,7 +145,6 @@ VARIANTS: dict[str, Variant] = {
                 "    const int64_t p0 = cache_rows - n_tokens;  // pos ignored: the cache taken as full\n"
                 "    const int64_t last = min64(p0 + n_tokens, cache_rows);",
             ),
-            ("min64(pos[0] + n_tokens, cache_rows)", "cache_rows"),
             (
                 "    const int64_t q0 = static_cast<int64_t>(blockIdx.x) * BQ;\n    const int64_t p0 = pos[0];\n",
                 "    const int64_t q0 = static_cast<int64_t>(blockIdx.x) * BQ;\n"
@@ -264,6 +263,20 @@ VARIANTS: dict[str, Variant] = {
         "kiln_linear_f32",
         "the GEMV launches n / rows_per_block blocks: the last rows stay unwritten when n is not a multiple",
     ),
+    "03_linear.norm_sum_of_one_lane": Variant(
+        "kiln_llm/kernels/linear.cu",
+        [
+            (
+                "            for (int off = 16; off > 0; off /= 2)"
+                " ss[i] += __shfl_xor_sync(0xffffffffu, ss[i], off);\n",
+                "",
+            )
+        ],
+        {"wrong"},
+        "kiln_rmsnorm_linear",
+        "the RMSNorm prologue scales each lane's share of the sums by the norm of that lane's packets of x"
+        " alone: the sum of squares is never reduced over the warp",
+    ),
     # --- task 06 (generation), on the CPU
     "06_generate.top_p_in_vocabulary_order": Variant(
         "llama/generate.py",
@@ -330,7 +343,7 @@ BATCHES = [
         "02_llama_kernels.kv_update_not_clipped",
         "03_linear.gemv_last_rows_unwritten",
     ],
-    ["01_llama_ops.kv_update_at_zero"],
+    ["01_llama_ops.kv_update_at_zero", "03_linear.norm_sum_of_one_lane"],
 ]
 SANITIZED: list[str] = []
 AT_BUILD: list[str] = []

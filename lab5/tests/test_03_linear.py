@@ -29,6 +29,13 @@ products of size 1/sqrt(k): 0.09 rms at k = 1000), a skipped residual (N(0, 1) o
 w read twice, sums kept in half precision (about 3e-3 at k = 4096), TF32 in the f32 path (5e-4 rms),
 an f16 copy of the f32 answer (5e-4 at |out| ~ 1), and any element never written (the grader's poison).
 
+kiln_rmsnorm_linear (the GEMV with RMSNorm in front, decode only) is judged by `rmsnorm_prologue`:
+every dtype at m = 1, 2, 5, 7 and 8, the three epilogues, k = 8 to 4096 (and f32 at k = 33, the
+scalar path), x at three scales (1, 30 and 1e-2: the norm, not the raw x, sets the size of the
+output), g normal around 1. The reference normalizes in float64 from the dtype's values and runs
+`expected` on that, so the kernel's float32 sums and single rounding meet the same tolerances as
+kiln_linear. m = 9 must be refused (cudaErrorInvalidValue, out untouched): the GEMM has no prologue.
+
 Beyond the cases: `odd_k_in_f32` runs the f32 entry at k = 1, 3, 33 and 4099 (rows that are not
 16-byte aligned, the scalar path) for each epilogue on both paths; `k_not_multiple_of_8_refused`
 expects cudaErrorInvalidValue from the 16-bit entries at k = 12; `replays_in_a_cuda_graph` captures
@@ -48,7 +55,7 @@ traffic can hide in L2; at 1x32000x4096 (262 MB) at most a fifth, as for lab 2's
 
 from grader.child.context import RunContext
 from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, In, Int, Out, PerfTarget, Rule
-from grader.tasks.spec import Rng, Scalar, torch_dtype
+from grader.tasks.spec import Float, Rng, Scalar, torch_dtype
 
 STREAM = Scalar("stream", "u64")
 DTYPES = ("f32", "f16", "bf16")
@@ -227,6 +234,88 @@ def call(ctx: RunContext, dt: str, epilogue: int, x, w, extra, out) -> int:
     return ctx.entry(f"kiln_linear_{dt}")(values)
 
 
+# (m, n, k, epilogue, scale of x) for kiln_rmsnorm_linear
+PROLOGUE = [
+    (1, 9, 8, 0, 1.0),
+    (1, 257, 4096, 0, 30.0),
+    (2, 100, 1000, 0, 1.0),
+    (5, 77, 264, 1, 1e-2),
+    (7, 65, 40, 2, 1.0),
+    (8, 33, 1000, 0, 30.0),
+    (1, 255, 4096, 2, 1.0),
+    (8, 100, 264, 2, 1e-2),
+]
+
+
+def prologue_args(dt: str) -> list:
+    return [
+        Int("epilogue"),
+        Out(f"out_{dt}", dt),
+        In(f"x_{dt}", dt),
+        In(f"g_{dt}", dt),
+        Float("eps"),
+        In(f"w_{dt}", dt),
+        In(f"extra_{dt}", dt),
+        *(Scalar(s, "i64") for s in SIZES),
+        STREAM,
+    ]
+
+
+def normalized(x, g, eps: float):
+    """rmsnorm(x, g) in float64, unrounded: what the prologue feeds the GEMV."""
+    xd = x.double()
+    return xd * (xd.pow(2).mean(-1, keepdim=True) + eps).rsqrt() * g.double()
+
+
+def call_prologue(ctx: RunContext, dt: str, epilogue: int, x, g, eps: float, w, extra, out) -> int:
+    import torch
+
+    m, k = x.shape
+    values = {"epilogue": epilogue, f"out_{dt}": out, f"x_{dt}": x, f"g_{dt}": g, "eps": eps, f"w_{dt}": w}
+    values |= {f"extra_{dt}": extra, "m": m, "n": w.shape[0], "k": k, "stream": torch.cuda.current_stream().cuda_stream}
+    return ctx.entry(f"kiln_rmsnorm_linear_{dt}", prologue_args(dt))(values)
+
+
+def rmsnorm_prologue(ctx: RunContext) -> None:
+    """kiln_rmsnorm_linear_<dt> = kiln_linear of rmsnorm(x, g), for m <= 8; m = 9 refused."""
+    import torch
+
+    from grader.child.compare import judge
+    from grader.child.context import seed_for
+
+    rng = Rng(seed_for(ctx.task, "rmsnorm prologue"), "cuda")
+    eps = 1e-5
+    cases = [(dt, *c) for dt in DTYPES for c in PROLOGUE] + [("f32", 5, 37, 33, 2, 1.0)]
+    for dt, m, n, k, epilogue, scale in cases:
+        t = torch_dtype(dt)
+        v = {key: value.to(t) for key, value in draw(rng, m, n, k, epilogue).items()}
+        x = (v["x"].float() * scale).to(t)
+        g = (1.0 + 0.1 * rng.randn(k)).to(t)
+        out = torch.full((m, n), float("nan"), dtype=t, device="cuda")
+        symbol = f"kiln_rmsnorm_linear_{dt}"
+        where = f"{symbol} at {label(m, n, k, epilogue)}, x of scale {scale:g}"
+        ctx.check_rc(symbol, call_prologue(ctx, dt, epilogue, x, g, eps, v["w"], v["extra"], out), where)
+        torch.cuda.synchronize()
+        want = expected(normalized(x, g, eps), v["w"], v["extra"], epilogue).to(t)
+        atol, rtol = TOLERANCE[dt]
+        report = judge("out", out, want, atol, rtol, None)
+        if report:
+            ctx.fail(f"{where}: {report}")
+    # m = 9 is the GEMM's, which has no prologue: refused before anything runs
+    for dt in DTYPES:
+        t = torch_dtype(dt)
+        x, g = torch.ones(9, 16, dtype=t, device="cuda"), torch.ones(16, dtype=t, device="cuda")
+        w, out = torch.ones(8, 16, dtype=t, device="cuda"), torch.full((9, 8), 7.0, dtype=t, device="cuda")
+        rc = call_prologue(ctx, dt, 0, x, g, eps, w, g, out)
+        torch.cuda.synchronize()
+        if rc != INVALID_VALUE or not bool((out == 7.0).all()):
+            ctx.fail(
+                f"kiln_rmsnorm_linear_{dt} with m = 9 returned {rc} (wrote: {not bool((out == 7.0).all())}): the"
+                f" prologue is the GEMV's (m <= 8), so m = 9 must be cudaErrorInvalidValue ({INVALID_VALUE}) and"
+                " leave out as it was"
+            )
+
+
 def odd_k_in_f32(ctx: RunContext) -> None:
     """float32 at k = 1, 3, 33 and 4099: rows of x and w that do not start on 16-byte boundaries
     (the scalar path of the GEMV and the GEMM), every epilogue, m = 1, 5 (decode) and 17 (prefill)."""
@@ -331,7 +420,7 @@ TASK = CudaTask(
     make_inputs=make_inputs,
     tolerance=TOLERANCE,
     timing_case=TIMING,
-    checks=[k_not_multiple_of_8_refused, odd_k_in_f32, replays_in_a_cuda_graph],
+    checks=[k_not_multiple_of_8_refused, odd_k_in_f32, rmsnorm_prologue, replays_in_a_cuda_graph],
     timeout=240,
     rules=[
         NO_LIBRARIES,

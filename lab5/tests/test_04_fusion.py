@@ -18,6 +18,13 @@ unfused graph run in f32 and rounded once, within one unit in the last place (rt
 The epilogues compute in f32 with one rounding: the layer agrees with the unfused one within 1e-5.
 A swallowed residual, a dropped or reordered operand or a wrong input numbering is off by O(1).
 
+The RMSNorm prologue (given code, fusion.py's find_prologues, run after the epilogues): in a
+decode-shaped layer (T = 1 and T = 8) the attention norm read by three linears and the FFN norm read
+by the SwiGLU pair become rmsnorm_linear three times and rmsnorm_linear_swiglu once; at T = 9 (the
+GEMM's rows), with prologues=False, or where the norm is also read by an add or is an output, every
+rmsnorm stays. On the CPU executor the fused layer agrees with the unfused one (the prologue keeps
+the normalized row in float32: within 1e-5 in f32, one rounding of f16).
+
 The compilation cache (given code, checked with nvcc where there is one, GPU or not): two fused
 nodes of one structure, different names and shapes, compile once (a miss, then a hit, the same
 kernel); a different dtype or program is a miss of its own. On a GPU, fused graphs run through
@@ -332,6 +339,59 @@ def test_fused_layer_computes_what_the_layer_does(swap):
     got = run_cpu(fuse(graph), inputs)
     want = run_cpu(graph, inputs)
     torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+def normed_layer(t: int, dtype=torch.float32, d: int = 16, f: int = 24, also_read: bool = False):
+    """q, k, v = linear(rmsnorm(x, g1), w*); up = swiglu(rmsnorm(x, g2)); (also_read: g1's norm is
+    also added to x, which keeps it)."""
+    b = builder("normed")
+    x = b.input("x", (t, d), dtype)
+    g1, g2 = (b.constant(n, (1.0 + 0.1 * rand((d,), seed=k)).to(dtype)) for k, n in enumerate(["g1", "g2"]))
+    wq, wk, wv, w1, w3 = (b.constant(n, (rand(s, seed=k + 2) * 0.3).to(dtype)) for k, (n, s) in enumerate(
+        [("wq", (d, d)), ("wk", (d, d)), ("wv", (d, d)), ("w1", (f, d)), ("w3", (f, d))]))  # fmt: skip
+    h = b.op("rmsnorm", x, g1, eps=1e-5)
+    q, k, v = (b.op("linear", h, w) for w in (wq, wk, wv))
+    h2 = b.op("rmsnorm", x, g2, eps=1e-5)
+    up = b.op("linear", h2, w1).silu() * b.op("linear", h2, w3)
+    outs = [q, k, v, up] + ([h + x] if also_read else [])
+    b.output(*outs)
+    return b.graph, {"x": rand((t, d), dtype, 12)}
+
+
+@pytest.mark.points(2)
+def test_decode_rmsnorm_becomes_the_linears_prologue():
+    from kiln_llm.fusion import PROLOGUE_MAX_ROWS
+
+    for t in (1, PROLOGUE_MAX_ROWS):
+        graph, _ = normed_layer(t)
+        out = fuse(graph)
+        assert ops_of(out) == {"rmsnorm_linear": 3, "rmsnorm_linear_swiglu": 1}, f"T = {t}: {dict(ops_of(out))}"
+        normed = out.of_op("rmsnorm_linear")
+        assert all([i.name for i in n.inputs[:2]] == ["x", "g1"] for n in normed), "rmsnorm_linear reads (x, g, w)"
+        assert sorted(n.inputs[2].name for n in normed) == ["wk", "wq", "wv"]
+        (sw,) = out.of_op("rmsnorm_linear_swiglu")
+        assert [i.name for i in sw.inputs] == ["x", "g2", "w1", "w3"] and sw.attrs["eps"] == 1e-5
+    kept = {"rmsnorm": 2, "linear": 3, "linear_swiglu": 1}
+    graph, _ = normed_layer(PROLOGUE_MAX_ROWS + 1)
+    assert ops_of(fuse(graph)) == kept, "a prefill's rmsnorm stays: the GEMM has no prologue"
+    graph, _ = normed_layer(1)
+    assert ops_of(fuse(graph, prologues=False)) == kept
+    graph, _ = normed_layer(1, also_read=True)
+    counts = ops_of(fuse(graph))
+    assert counts == {"rmsnorm": 1, "linear": 3, "rmsnorm_linear_swiglu": 1, "fused": 1}, (
+        f"{dict(counts)}: the norm the add reads stays, and so do its linears; the other one folds"
+    )
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["f32", "f16"])
+def test_prologue_computes_what_the_layer_does(dtype):
+    graph, inputs = normed_layer(1, dtype)
+    got = run_cpu(fuse(graph), inputs)
+    want = run_cpu(graph, inputs)
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 4e-3, "atol": 4e-3}
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, **tol)
 
 
 # --- the compilation cache (given code; needs nvcc, not a GPU) -----------------------------------------

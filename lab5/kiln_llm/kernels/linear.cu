@@ -2,7 +2,8 @@
 //
 // Implement: gemv_kernel (m <= 8: each warp streams one or two rows of w in 16-byte packets, the
 //            next stage of packets loaded while the current one is multiplied, x's rows read
-//            through L1, float32 sums reduced by warp shuffles), gemm_tc_kernel (m > 8, f16/bf16:
+//            through L1, float32 sums reduced by warp shuffles; with NORM, RMSNorm folded in
+//            front), gemm_tc_kernel (m > 8, f16/bf16:
 //            128 x 128 tiles on the tensor cores through WMMA, the tiles of x and w staged by
 //            cp.async into two shared-memory stages) and the dispatch in linear_epi() between them;
 //            gemm_simt_kernel (f32 prefill, lab 4's tiled SGEMM) is given.
@@ -10,6 +11,8 @@
 //            out = x @ w.T summed in float32 and rounded once to T, after the epilogue:
 //              0: nothing; 1: + extra (m, n); 2: silu(x @ w.T) * (x @ extra.T), extra a second
 //              weight (n, k). out overlaps nothing; inputs are read-only.
+//            kiln_rmsnorm_linear: the same for m <= 8 with x replaced by rmsnorm(x, norm_w):
+//              each row of x times rsqrt(mean(x^2) + eps) times norm_w, in float32, unrounded.
 //            m, n, k >= 0 (m or n == 0: nothing to do); any m, n (no multiple of a tile needed);
 //            k % 8 == 0 for f16 and bf16, else cudaErrorInvalidValue; f32 takes any k. Pointers
 //            are 16-byte aligned by the header's contract; a call whose aren't (or f32 with k % 4
@@ -95,6 +98,26 @@ __device__ __forceinline__ float dot(float acc, const Packet<T, VEC>& w, const P
     return acc;
 }
 
+// With the RMSNorm prologue: x's packet times the norm's weight g, in float32, for the dot, and
+// its squares added to ss (the row's sum of squares, which scales the sums at the end).
+template <typename T, int VEC>
+__device__ __forceinline__ void scale_by_norm(const Packet<T, VEC>& xp, const Packet<T, VEC>& gp, float (&xg)[VEC],
+                                              float& ss) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+        const float v = to_float(xp.v[i]);
+        ss = fmaf(v, v, ss);
+        xg[i] = v * to_float(gp.v[i]);
+    }
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ float dot(float acc, const Packet<T, VEC>& w, const float (&x)[VEC]) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) acc = fmaf(to_float(w.v[i]), x[i], acc);
+    return acc;
+}
+
 // The value of out[row][col] from the float32 sum(s) and the epilogue, rounded once.
 template <typename T, int EPI>
 __device__ __forceinline__ T finish(float acc, float acc3, const T* extra, int64_t idx) {
@@ -145,10 +168,14 @@ __device__ __forceinline__ void prefetch_rows(const T* w, const T* extra, int64_
 // packets l, l + 32, l + 64, ... of each row, so one warp instruction reads 512 contiguous bytes
 // of a row. Every lane keeps M x ROWS (x 2 for swiglu) partial sums; a butterfly of
 // shuffles gives every lane the totals, and the lanes write them out, one output each.
-template <typename T, int VEC, int M, int EPI>
+// NORM: x is first normalized by RMSNorm with weight g (k,) and eps. Each warp reads the whole of
+// every row of x anyway, so it sums the squares as it goes and multiplies by g packet by packet;
+// the row's factor rsqrt(mean(x^2) + eps) is a scalar and waits for the end. A decode step then
+// has no RMSNorm kernel: one launch, one wait and a round trip of the row through memory fewer.
+template <typename T, int VEC, int M, int EPI, bool NORM>
 __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ extra,
-                int m, int64_t n, int64_t k) {
+                const T* __restrict__ g, float eps, int m, int64_t n, int64_t k) {
     constexpr int NW = EPI == 2 ? 2 : 1;  // weight matrices read: w, and w3 (extra) for swiglu
     constexpr int ROWS = gemv_rows(M, NW);  // rows of w per warp
     constexpr int S = ROWS * NW;          // row streams per warp: stream s reads row s % ROWS of weight s / ROWS
@@ -159,7 +186,7 @@ __global__ void __launch_bounds__(GEMV_THREADS)
     prefetch_rows<T, S>(w, extra, (static_cast<int64_t>(blockIdx.x) * GEMV_WARPS + threadIdx.x / 32) * ROWS, ROWS, n, k);
     wait_for_previous();
     start_next();
-    // TODO(lab5/03) begin: find this warp's ROWS rows (clamped to n - 1 for reading), clear M x S float32 sums, walk k by stages of U * STEP: start loading the next stage's U x S packets of w, then multiply the current stage's with a packet of every row of x and add the products; finish the tail of k one STEP at a time (a lane whose packet starts at or past k reads nothing); reduce every sum over the warp with shuffles and write the rows below n through finish(); see the chapter's section "Decode is a GEMV: streaming the weights"; about 50 lines; try m = 1, n = 9, k = 8 and m = 5, n = 1003, k = 1000.
+    // TODO(lab5/03) begin: find this warp's ROWS rows (clamped to n - 1 for reading), clear M x S float32 sums, walk k by stages of U * STEP: start loading the next stage's U x S packets of w, then multiply the current stage's with a packet of every row of x and add the products; finish the tail of k one STEP at a time (a lane whose packet starts at or past k reads nothing); reduce every sum over the warp with shuffles and write the rows below n through finish(); with NORM, every packet of x goes through scale_by_norm() with g's packet at the same k (each row of x its own sum of squares), and before finish() each row's sums are multiplied by rsqrt(its warp-wide sum of squares / k + eps); see the chapter's sections "Decode is a GEMV: streaming the weights" and "RMSNorm in front of the GEMV"; about 65 lines; try m = 1, n = 9, k = 8 and m = 5, n = 1003, k = 1000.
     // TODO(lab5/03) end
 }
 
@@ -280,27 +307,33 @@ static_assert(ST_BM == ST_BN, "gemm_simt_kernel stages x's and w's tiles with on
 
 static bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-template <typename T, int VEC, int M, int EPI>
-static void launch_gemv(T* out, const T* x, const T* w, const T* extra, int64_t m, int64_t n, int64_t k,
-                        cudaStream_t stream) {
+// What the GEMV takes besides x, w and extra: the RMSNorm prologue's weight and eps (g null: none).
+struct Prologue {
+    const void* g;
+    float eps;
+};
+
+template <typename T, int VEC, int M, int EPI, bool NORM>
+static void launch_gemv(T* out, const T* x, const T* w, const T* extra, Prologue norm, int64_t m, int64_t n,
+                        int64_t k, cudaStream_t stream) {
     constexpr int64_t rows_per_block = GEMV_WARPS * gemv_rows(M, EPI == 2 ? 2 : 1);
     const int64_t blocks = (n + rows_per_block - 1) / rows_per_block;
-    launch_chained(gemv_kernel<T, VEC, M, EPI>, dim3(static_cast<unsigned int>(blocks)), dim3(GEMV_THREADS), stream,
-                   out, x, w, extra, static_cast<int>(m), n, k);
+    launch_chained(gemv_kernel<T, VEC, M, EPI, NORM>, dim3(static_cast<unsigned int>(blocks)), dim3(GEMV_THREADS),
+                   stream, out, x, w, extra, static_cast<const T*>(norm.g), norm.eps, static_cast<int>(m), n, k);
 }
 
 // m (1 .. 8) rounded up to the next compiled size: 1, 2, 4 or 8 rows of sums per lane
-template <typename T, int VEC, int EPI>
+template <typename T, int VEC, int EPI, bool NORM = false>
 static void gemv_for_m(T* out, const T* x, const T* w, const T* extra, int64_t m, int64_t n, int64_t k,
-                       cudaStream_t stream) {
+                       cudaStream_t stream, Prologue norm = Prologue{nullptr, 0.0f}) {
     if (m == 1) {
-        launch_gemv<T, VEC, 1, EPI>(out, x, w, extra, m, n, k, stream);
+        launch_gemv<T, VEC, 1, EPI, NORM>(out, x, w, extra, norm, m, n, k, stream);
     } else if (m == 2) {
-        launch_gemv<T, VEC, 2, EPI>(out, x, w, extra, m, n, k, stream);
+        launch_gemv<T, VEC, 2, EPI, NORM>(out, x, w, extra, norm, m, n, k, stream);
     } else if (m <= 4) {
-        launch_gemv<T, VEC, 4, EPI>(out, x, w, extra, m, n, k, stream);
+        launch_gemv<T, VEC, 4, EPI, NORM>(out, x, w, extra, norm, m, n, k, stream);
     } else {
-        launch_gemv<T, VEC, MAX_GEMV_M, EPI>(out, x, w, extra, m, n, k, stream);
+        launch_gemv<T, VEC, MAX_GEMV_M, EPI, NORM>(out, x, w, extra, norm, m, n, k, stream);
     }
 }
 
@@ -329,18 +362,22 @@ static void linear_epi(bool vec, T* out, const T* x, const T* w, const T* extra,
     // TODO(lab5/03) end
 }
 
+// The sizes and pointers kiln_linear and kiln_rmsnorm_linear refuse, as cudaErrorInvalidValue.
+template <typename T>
+static bool linear_args_ok(int epilogue, const T* extra, int64_t m, int64_t n, int64_t k) {
+    if (epilogue < 0 || epilogue > 2 || m < 0 || n < 0 || k < 0) return false;
+    if (epilogue != 0 && extra == nullptr) return false;
+    if (sizeof(T) == 2 && k % 8 != 0) return false;
+    // one launch covers at most 2^31 - 1 blocks (grid.x), and the GEMV's rows of x are int
+    return (n + GEMV_WARPS - 1) / GEMV_WARPS <= INT32_MAX &&
+           ((m + ST_BM - 1) / ST_BM) * ((n + ST_BN - 1) / ST_BN) <= INT32_MAX;
+}
+
 template <typename T>
 static cudaError_t linear(int epilogue, T* out, const T* x, const T* w, const T* extra, int64_t m, int64_t n,
                          int64_t k, cudaStream_t stream) {
     constexpr int64_t VEC = 16 / sizeof(T);
-    if (epilogue < 0 || epilogue > 2 || m < 0 || n < 0 || k < 0) return cudaErrorInvalidValue;
-    if (epilogue != 0 && extra == nullptr) return cudaErrorInvalidValue;
-    if (sizeof(T) == 2 && k % 8 != 0) return cudaErrorInvalidValue;
-    // one launch covers at most 2^31 - 1 blocks (grid.x), and the GEMV's rows of x are int
-    if ((n + GEMV_WARPS - 1) / GEMV_WARPS > INT32_MAX ||
-        ((m + ST_BM - 1) / ST_BM) * ((n + ST_BN - 1) / ST_BN) > INT32_MAX) {
-        return cudaErrorInvalidValue;
-    }
+    if (!linear_args_ok(epilogue, extra, m, n, k)) return cudaErrorInvalidValue;
     if (m == 0 || n == 0) return cudaSuccess;
     // 16-byte packets need every row of x and of the weights to start on a 16-byte boundary
     const bool vec = k % VEC == 0 && aligned16(x) && aligned16(w) && (epilogue != 2 || aligned16(extra));
@@ -353,6 +390,43 @@ static cudaError_t linear(int epilogue, T* out, const T* x, const T* w, const T*
             break;
         default:
             linear_epi<T, 2>(vec, out, x, w, extra, m, n, k, stream);
+            break;
+    }
+    return cudaGetLastError();
+}
+
+// kiln_rmsnorm_linear: the GEMV with the RMSNorm prologue (m <= MAX_GEMV_M; a prefill's m is the
+// GEMM's, which normalizes nothing: kiln_rmsnorm, then kiln_linear)
+template <typename T, int EPI>
+static void rmsnorm_gemv(bool vec, T* out, const T* x, const T* g, float eps, const T* w, const T* extra, int64_t m,
+                         int64_t n, int64_t k, cudaStream_t stream) {
+    constexpr int VEC = 16 / sizeof(T);
+    if (vec) {
+        gemv_for_m<T, VEC, EPI, true>(out, x, w, extra, m, n, k, stream, Prologue{g, eps});
+    } else {
+        gemv_for_m<T, 1, EPI, true>(out, x, w, extra, m, n, k, stream, Prologue{g, eps});
+    }
+}
+
+template <typename T>
+static cudaError_t rmsnorm_linear(int epilogue, T* out, const T* x, const T* g, float eps, const T* w, const T* extra,
+                                  int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
+    constexpr int64_t VEC = 16 / sizeof(T);
+    if (!linear_args_ok(epilogue, extra, m, n, k) || m > MAX_GEMV_M || g == nullptr || !(eps >= 0.0f) || k < 1) {
+        return cudaErrorInvalidValue;
+    }
+    if (m == 0 || n == 0) return cudaSuccess;
+    const bool vec =
+        k % VEC == 0 && aligned16(x) && aligned16(w) && aligned16(g) && (epilogue != 2 || aligned16(extra));
+    switch (epilogue) {
+        case 0:
+            rmsnorm_gemv<T, 0>(vec, out, x, g, eps, w, extra, m, n, k, stream);
+            break;
+        case 1:
+            rmsnorm_gemv<T, 1>(vec, out, x, g, eps, w, extra, m, n, k, stream);
+            break;
+        default:
+            rmsnorm_gemv<T, 2>(vec, out, x, g, eps, w, extra, m, n, k, stream);
             break;
     }
     return cudaGetLastError();
@@ -373,3 +447,14 @@ COURSE_API cudaError_t kiln_linear_bf16(int epilogue, __nv_bfloat16* out, const 
                                         int64_t k, cudaStream_t stream) {
     return linear<__nv_bfloat16>(epilogue, out, x, w, extra, m, n, k, stream);
 }
+
+#define KILN_RMSNORM_LINEAR(SUFFIX, T)                                                                               \
+    COURSE_API cudaError_t kiln_rmsnorm_linear_##SUFFIX(int epilogue, T* out, const T* x, const T* norm_w, float eps, \
+                                                        const T* w, const T* extra, int64_t m, int64_t n, int64_t k,  \
+                                                        cudaStream_t stream) {                                         \
+        return rmsnorm_linear<T>(epilogue, out, x, norm_w, eps, w, extra, m, n, k, stream);                          \
+    }
+
+KILN_RMSNORM_LINEAR(f32, float)
+KILN_RMSNORM_LINEAR(f16, __half)
+KILN_RMSNORM_LINEAR(bf16, __nv_bfloat16)

@@ -2,10 +2,11 @@
 //
 // Implement: the kernel bodies in the TODO regions: copy_rows_kernel (embedding and kv_update are
 //            both row copies), rmsnorm_kernel, rope_kernel, and attention in two paths:
-//            decode (n_tokens <= DECODE_MAX_TOKENS): flash-decoding, the filled prefix split across
-//            blocks (attention_split_kernel: a partial max, sum and weighted sum per split) and
-//            a combine step (attention_combine_kernel); prefill: a fused flash-attention forward
-//            (attention_prefill_kernel: online softmax over key tiles staged in shared memory).
+//            decode (n_tokens <= DECODE_MAX_TOKENS): flash-decoding in one launch, the filled
+//            prefix split across blocks (attention_split_kernel: a partial max, sum and weighted
+//            sum per split), the last block of each head to finish merging them (merge_splits);
+//            prefill: a fused flash-attention forward (attention_prefill_kernel: online softmax
+//            over key tiles staged in shared memory).
 // Contract:  kiln_llm/kernels/llm_kernels.h, for float, __half and __nv_bfloat16 (the _f32, _f16
 //            and _bf16 symbols). Arithmetic in float32, one rounding at the end (RMSNorm: HF's two).
 //            pos and the tokens are DEVICE memory, read when the kernel runs (a CUDA graph replays
@@ -270,10 +271,11 @@ constexpr float LOG2E = 1.4426950408889634f;
 
 // decode: n_tokens <= DECODE_MAX_TOKENS. Block (split, h) reads keys [split * chunk, + chunk) of the
 // filled prefix once for the n_tokens queries of head h, and leaves per (h, split, t) the running max
-// m, the sum l of exp2(s - m) and the unnormalized sum of exp2(s - m) * v in a static scratch; block
-// (h, t) of the combine kernel merges the splits. The scratch is sized once for the largest model
-// the course runs (SCRATCH_ROWS partial rows of up to 128 floats): the host code launches fewer splits
-// when heads * splits * n_tokens would not fit, and run_chunk makes the chunks longer.
+// m, the sum l of exp2(s - m) and the unnormalized sum of exp2(s - m) * v in a static scratch; the
+// last of head h's blocks to finish merges the splits (a second kernel would cost a launch and a
+// wait per layer). The scratch is sized once for the largest model the course runs (SCRATCH_ROWS
+// partial rows of up to 128 floats): the host code launches fewer splits when heads * splits *
+// n_tokens would not fit, and run_chunk makes the chunks longer.
 constexpr int DECODE_MAX_TOKENS = 4;
 constexpr int DECODE_THREADS = 128;
 constexpr int MIN_CHUNK = 32;              // keys per split at least (4 per group of lanes)
@@ -284,6 +286,9 @@ constexpr int MAX_DH = 128;
 
 __device__ float g_partial_acc[SCRATCH_ROWS * MAX_DH];  // (heads, splits, n_tokens, dh)
 __device__ float2 g_partial_ml[SCRATCH_ROWS];            // (heads, splits, n_tokens): (m, l)
+// per head: how many of its splits have written their partials in this launch; the head's last
+// block finds n - 1 here, merges, and puts it back to 0 for the next launch
+__device__ unsigned int g_arrived[SCRATCH_ROWS];
 
 // The keys each split takes in this run: the filled prefix (last keys) shared out over the grid's
 // n_splits, min_chunk at least. The grid is fixed when a CUDA graph captures it, but the prefix
@@ -305,7 +310,26 @@ __device__ __forceinline__ void merge(float& m, float& l, float (&acc)[N], float
     m = mn;
 }
 
-// q (n_tokens, heads, DH), k and v (cache_rows, kv_heads, DH) -> the partials of block (split, h).
+// The partials of head h's splits that had keys (those of the first keys [0, last), `chunk` each)
+// -> out (n_tokens, heads, DH), run by the whole of the head's last block. The partials were written
+// by other blocks of this launch: __ldcg reads them from L2 (where their __threadfence() put them),
+// never from this SM's L1, which is not kept coherent. Merging is latency, not bandwidth (22 splits
+// of a few hundred bytes at the benchmark's prefix), so the loads are issued together: every (m, l)
+// in one pass into shared memory, a warp per query for the factors, then the weighted sums of acc
+// with eight loads in flight per thread.
+template <typename T, int DH>
+__device__ void merge_splits(T* __restrict__ out, int64_t last, int64_t chunk, int n_tokens, int heads, int h,
+                             int n_splits) {
+    static_assert(DECODE_THREADS / 32 >= DECODE_MAX_TOKENS, "a warp per query");
+    __shared__ float2 s_ml[MAX_SPLITS * DECODE_MAX_TOKENS];  // (split, t): m and l
+    __shared__ float s_factor[MAX_SPLITS * DECODE_MAX_TOKENS];  // (split, t): exp2(m_split - m)
+    __shared__ float s_inv_l[DECODE_MAX_TOKENS];
+    // TODO(lab5/02) begin: the splits that had keys (as many chunks as cover last); their (m, l) into shared memory in one pass (head h's rows are contiguous: (split, t) at h * n_splits * n_tokens + split * n_tokens + t); a warp per query t: the largest m, each split's factor exp2(m_split - m) and 1 / (the sum of l * factor), 0 where no key was seen; then every element (t, e): the sum of factor * acc over the splits, times that inverse, rounded once; see the chapter's section "Flash-decoding"; about 30 lines.
+    // TODO(lab5/02) end
+}
+
+// q (n_tokens, heads, DH), k and v (cache_rows, kv_heads, DH) -> the partials of block (split, h),
+// and from the head's last block to finish, out (n_tokens, heads, DH).
 // A group of LANES = DH / VEC<T> consecutive threads works on one key at a time (each thread one
 // 16-byte vector of the row: one coalesced row read per group); the block's GROUPS groups take
 // every GROUPS-th key of the split, each with its own running (m, l, acc) per query, merged at the end.
@@ -313,23 +337,12 @@ __device__ __forceinline__ void merge(float& m, float& l, float (&acc)[N], float
 // sums then need a quarter of the registers (more blocks per SM), DECODE_MAX_TOKENS for the rest.
 template <typename T, int DH, int NT>
 __global__ void __launch_bounds__(DECODE_THREADS, NT == 1 ? 6 : 1)
-    attention_split_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+    attention_split_kernel(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                            const int64_t* __restrict__ pos, int n_tokens, int heads, int kv_heads, int64_t cache_rows,
                            int64_t min_chunk, int n_splits, float scale_log2) {
     wait_for_previous();
     start_next();
-    // TODO(lab5/02) begin: the keys of this split, [split * chunk, + chunk) with chunk = run_chunk(last, n_splits, min_chunk), cut at last = min(pos + n_tokens, cache_rows) (return at once when the split starts past it); each group walks its keys, KEYS of them loaded before the first is scored, (every thread of the block the same number of steps: the shuffles need the whole warp), the score of every query t by a dot of 16-byte vectors and a shuffle sum inside the group, masked to keys <= pos + t, the online softmax update; then merge the groups (shuffles inside a warp, shared memory across warps) and write m, l and acc of every query to the scratch at ((h * n_splits + split) * n_tokens + t); see the chapter's section "Flash-decoding"; about 70 lines.
-    // TODO(lab5/02) end
-}
-
-// The partials of head blockIdx.x, query blockIdx.y -> out (n_tokens, heads, DH); one thread per element.
-template <typename T, int DH>
-__global__ void __launch_bounds__(DH) attention_combine_kernel(T* __restrict__ out, const int64_t* __restrict__ pos,
-                                                              int n_tokens, int heads, int64_t cache_rows,
-                                                              int64_t min_chunk, int n_splits) {
-    wait_for_previous();
-    start_next();
-    // TODO(lab5/02) begin: the splits the split kernel filled (as many chunks of run_chunk(last, n_splits, min_chunk) keys as cover last = min(pos + n_tokens, cache_rows)), their largest m, then l and acc summed with the factors exp2(m_split - m); out = acc / l rounded once (0 where no key was seen); see the chapter's section "Flash-decoding"; about 20 lines.
+    // TODO(lab5/02) begin: the keys of this split, [split * chunk, + chunk) with chunk = run_chunk(last, n_splits, min_chunk), cut at last = min(pos + n_tokens, cache_rows) (return at once when the split starts past it, after split 0 has written zeros through merge_splits if last <= 0); each group walks its keys, KEYS of them loaded before the first is scored, (every thread of the block the same number of steps: the shuffles need the whole warp), the score of every query t by a dot of 16-byte vectors and a shuffle sum inside the group, masked to keys <= pos + t, the online softmax update; then merge the groups (shuffles inside a warp, shared memory across warps) and write m, l and acc of every query to the scratch at ((h * n_splits + split) * n_tokens + t); last, the arrival: __threadfence(), one thread counts the block in g_arrived[h] (atomicAdd), and the block that finds every other working split already counted puts the count back to 0 and runs merge_splits; see the chapter's section "Flash-decoding"; about 85 lines.
     // TODO(lab5/02) end
 }
 
@@ -371,13 +384,9 @@ static cudaError_t attention_dh(T* out, const T* q, const T* k, const T* v, cons
         // one query (decode proper) keeps a quarter of the registers: more blocks fit an SM
         auto* split_kernel =
             n_tokens == 1 ? attention_split_kernel<T, DH, 1> : attention_split_kernel<T, DH, DECODE_MAX_TOKENS>;
-        launch_chained(split_kernel, grid, dim3(DECODE_THREADS), stream, q, k, v, pos, static_cast<int>(n_tokens),
+        launch_chained(split_kernel, grid, dim3(DECODE_THREADS), stream, out, q, k, v, pos, static_cast<int>(n_tokens),
                        static_cast<int>(heads), static_cast<int>(kv_heads), cache_rows, chunk, static_cast<int>(splits),
                        scale_log2);
-        CUDA_CHECK(cudaGetLastError());
-        const dim3 cgrid(static_cast<unsigned int>(heads), static_cast<unsigned int>(n_tokens));
-        launch_chained(attention_combine_kernel<T, DH>, cgrid, dim3(DH), stream, out, pos, static_cast<int>(n_tokens),
-                       static_cast<int>(heads), cache_rows, chunk, static_cast<int>(splits));
         return cudaGetLastError();
     }
     const int64_t tiles = (n_tokens + BQ - 1) / BQ;

@@ -102,6 +102,11 @@ static cudaError_t launch_chained(void (*kernel)(Params...), dim3 grid, dim3 blo
 //     1: + extra (m, n), added in float32 before the rounding; extra never aliases out
 //     2: silu(x @ w.T) * (x @ extra.T), extra a second weight (n, k), all in float32
 //   k % 8 == 0 for f16 and bf16 (16-byte vector loads), else cudaErrorInvalidValue.
+// kiln_rmsnorm_linear_<t>(epilogue, out, x, norm_w, eps, w, extra, m, n, k)
+//   kiln_linear of rmsnorm(x, norm_w), for decode: m <= 8 (the GEMV), else cudaErrorInvalidValue.
+//   Each row of x is multiplied by rsqrt(mean(x^2) + eps) and by norm_w (k,) in float32 and is not
+//   rounded to T before the product (kiln_rmsnorm rounds twice, as Hugging Face does): the result is
+//   within a rounding or two of T of kiln_rmsnorm then kiln_linear. eps >= 0, k >= 1.
 
 // The declarations of one element type: suffix (f32, f16, bf16) and the C type.
 #define KILN_LLM_DECLARE(SUFFIX, T)                                                                              \
@@ -118,7 +123,10 @@ static cudaError_t launch_chained(void (*kernel)(Params...), dim3 grid, dim3 blo
                                                    int64_t n_tokens, int64_t heads, int64_t kv_heads, int64_t dh, \
                                                    int64_t cache_rows, float scale, cudaStream_t stream);        \
     COURSE_API cudaError_t kiln_linear_##SUFFIX(int epilogue, T* out, const T* x, const T* w, const T* extra,     \
-                                                int64_t m, int64_t n, int64_t k, cudaStream_t stream);
+                                                int64_t m, int64_t n, int64_t k, cudaStream_t stream);           \
+    COURSE_API cudaError_t kiln_rmsnorm_linear_##SUFFIX(int epilogue, T* out, const T* x, const T* norm_w,      \
+                                                        float eps, const T* w, const T* extra, int64_t m,       \
+                                                        int64_t n, int64_t k, cudaStream_t stream);
 
 KILN_LLM_DECLARE(f32, float)
 KILN_LLM_DECLARE(f16, __half)

@@ -4,13 +4,17 @@ Implement: `find_epilogues` (the two matmul epilogue patterns), `grow_chain` (a 
            pointwise nodes around a root) and `chain_program` (the group written as a `fused`
            node's program), in the TODO regions. The chapter's section "Task 04: fusion" explains
            them; "Generated kernels" describes the `fused` operator (kiln_llm/codegen.py).
-Contract:  `fuse(graph, chains=True, epilogues=True)` (given) returns a NEW graph and leaves its
-           argument as it was. The new graph has the same inputs, constants, buffers and outputs
-           (by position); a replaced node's replacement keeps its name. Two rewrites, in order:
+Contract:  `fuse(graph, chains=True, epilogues=True, prologues=True)` (given) returns a NEW graph
+           and leaves its argument as it was. The new graph has the same inputs, constants,
+           buffers and outputs (by position); a replaced node's replacement keeps its name.
+           Three rewrites, in order (the second, `find_prologues`, is given):
            epilogues: `add(linear(x, w), r)` (either operand order, r of the linear's type) ->
              `linear_add(x, w, r)`; `mul(silu(linear(x, w1)), linear(x, w3))` (either order,
              one x) -> `linear_swiglu(x, w1, w3)`; a node swallowed by a pattern is read by that
              pattern only and is not a graph output.
+           prologues (given): an rmsnorm read only by linears (or linear_swiglu) of at most
+             PROLOGUE_MAX_ROWS rows -> each becomes `rmsnorm_linear(x, g, w)` (or
+             `rmsnorm_linear_swiglu(x, g, w1, w3)`) and the rmsnorm disappears.
            chains: every float pointwise node (add, mul, relu, silu) ends up inside exactly one
              `fused` node. A group holds a root and, recursively, the pointwise inputs of its
              members that are read only by members and are not graph outputs: the largest such
@@ -33,9 +37,17 @@ POINTWISE = ("add", "mul", "relu", "silu")  # lab 4's pointwise operators: what 
 Replacement = tuple[str, tuple[Node, ...], dict]
 
 
-def fuse(graph: Graph, *, chains: bool = True, epilogues: bool = True) -> Graph:
-    """The graph with its epilogues folded into the matmuls and its pointwise nodes fused (given)."""
+# The most rows of x a prologue takes: the RMSNorm prologue is the decode GEMV's (kernels/linear.cu,
+# MAX_GEMV_M). A prefill's GEMM is bound by arithmetic, where one RMSNorm kernel more is noise.
+PROLOGUE_MAX_ROWS = 8
+PROLOGUES = {"linear": "rmsnorm_linear", "linear_swiglu": "rmsnorm_linear_swiglu"}
+
+
+def fuse(graph: Graph, *, chains: bool = True, epilogues: bool = True, prologues: bool = True) -> Graph:
+    """The graph with its epilogues folded into the matmuls, its decode RMSNorms into the linears
+    that read them, and its pointwise nodes fused (given)."""
     out = rewrite(graph, *find_epilogues(graph)) if epilogues else graph
+    out = rewrite(out, *find_prologues(out)) if prologues else out
     out = rewrite(out, *find_chains(out, chains=chains))  # a new graph in any case: the caller's to keep
     check_graph(out)
     return out
@@ -103,6 +115,33 @@ def find_epilogues(graph: Graph) -> tuple[dict[Node, Replacement], set[Node]]:
                     break
         # ~ raise NotImplementedError("lab5/04: find the epilogue patterns")
         # TODO(lab5/04) end
+    return replace, absorbed
+
+
+# --- prologues ----------------------------------------------------------------------------------------
+
+
+def find_prologues(graph: Graph) -> tuple[dict[Node, Replacement], set[Node]]:
+    """The RMSNorms that every reader can take in (given): each reader, a linear or linear_swiglu
+    of at most PROLOGUE_MAX_ROWS rows that reads the norm as its x, becomes its rmsnorm_ form over
+    the norm's own inputs, and the norm disappears. A norm that is an output, or that anything else
+    reads, stays, and its readers with it: folding it into some of them would remove no kernel."""
+    users = graph.users()
+    outputs = {id(o) for o in graph.outputs}
+
+    def takes_in(norm: Node, user: Node) -> bool:
+        x, *weights = user.inputs
+        return user.op in PROLOGUES and x is norm and norm not in weights and x.type.shape[0] <= PROLOGUE_MAX_ROWS
+
+    replace: dict[Node, Replacement] = {}
+    absorbed: set[Node] = set()
+    for norm in graph.of_op("rmsnorm"):
+        readers = users[norm]
+        if id(norm) in outputs or not readers or not all(takes_in(norm, u) for u in readers):
+            continue
+        for u in readers:
+            replace[u] = (PROLOGUES[u.op], (*norm.inputs, *u.inputs[1:]), {"eps": norm.attrs["eps"]})
+        absorbed.add(norm)
     return replace, absorbed
 
 
@@ -188,4 +227,14 @@ def chain_program(members: list[Node]) -> tuple[list[Node], list[Instr]]:
     # TODO(lab5/04) end
 
 
-__all__ = ["POINTWISE", "chain_program", "find_chains", "find_epilogues", "fuse", "grow_chain", "rewrite"]
+__all__ = [
+    "POINTWISE",
+    "PROLOGUE_MAX_ROWS",
+    "chain_program",
+    "find_chains",
+    "find_epilogues",
+    "find_prologues",
+    "fuse",
+    "grow_chain",
+    "rewrite",
+]
