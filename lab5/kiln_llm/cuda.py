@@ -2,10 +2,11 @@
 
 Importing this module registers, with lab 4's `kiln.cuda.register_cuda`, one lowering per
 operator of kiln_llm/ops.py except `fused` (codegen.py lowers that one): embedding, rmsnorm, rope,
-kv_update, attention (task 02's kernels, kernels/llama.cu) and linear, linear_add, linear_swiglu,
-rmsnorm_linear, rmsnorm_linear_swiglu (task 03's, kernels/linear.cu). Every kernel exists for
-f32, f16 and bf16; the node's dtype picks the symbol (kiln_rmsnorm_f16 for an f16 node). The entry
-points and their contracts are in kernels/llm_kernels.h.
+kv_update, attention, rope_kv_update, attention_rope (task 02's kernels, kernels/llama.cu) and
+linear, linear_add, linear_swiglu, rmsnorm_linear, rmsnorm_linear_swiglu (task 03's,
+kernels/linear.cu). Every kernel exists for f32, f16 and bf16; the node's dtype picks the symbol
+(kiln_rmsnorm_f16 for an f16 node). The entry points and their contracts are in
+kernels/llm_kernels.h.
 
 The lowerings follow lab 4's rules (lab4/kiln/cuda.py): a lowering runs once, when the executor is
 built, and fixes every pointer (into the executor's arena) and every size; the launch it returns
@@ -41,6 +42,8 @@ _ARGTYPES: dict[str, list[Any]] = {
     "kiln_rope": [_P, _P, _P, _P, _I64, _I64, _I64, _INT, _P],
     "kiln_kv_update": [_P, _P, _P, _I64, _I64, _I64, _P],
     "kiln_attention": [_P, _P, _P, _P, _P, _I64, _I64, _I64, _I64, _I64, _F32, _P],
+    "kiln_rope_kv_update": [_P, _P, _P, _P, _I64, _I64, _I64, _I64, _INT, _P],
+    "kiln_attention_rope": [_P, _P, _P, _P, _P, _P, _INT, _I64, _I64, _I64, _I64, _I64, _F32, _P],
     "kiln_linear": [_INT, _P, _P, _P, _P, _I64, _I64, _I64, _P],
     "kiln_rmsnorm_linear": [_INT, _P, _P, _P, _F32, _P, _P, _I64, _I64, _I64, _P],
 }
@@ -117,6 +120,27 @@ def lower_attention(ex: CudaExecutor, node: Node) -> Launch:
     scale = float(node.attrs["scale"])
     fn, stream = kernel("kiln_attention", node), ex.stream_handle
     return lambda: fn(out, q, k, v, pos, n_tokens, heads, kv_heads, dh, cache_rows, scale, stream)
+
+
+@register_cuda("rope_kv_update")
+def lower_rope_kv_update(ex: CudaExecutor, node: Node) -> Launch:
+    _, cache, value, pos, inv_freq = _tensors(ex, node)  # a view of its cache, as kv_update
+    cache_rows, kv_heads, dh = node.inputs[0].type.shape
+    n_tokens = node.inputs[1].type.shape[0]
+    layout = LAYOUTS[node.attrs["layout"]]
+    fn, stream = kernel("kiln_rope_kv_update", node), ex.stream_handle
+    return lambda: fn(cache, value, pos, inv_freq, cache_rows, n_tokens, kv_heads, dh, layout, stream)
+
+
+@register_cuda("attention_rope")
+def lower_attention_rope(ex: CudaExecutor, node: Node) -> Launch:
+    out, q, k, v, pos, inv_freq = _tensors(ex, node)
+    n_tokens, heads, dh = node.inputs[0].type.shape
+    cache_rows, kv_heads, _ = node.inputs[1].type.shape
+    scale = float(node.attrs["scale"])
+    layout = LAYOUTS[node.attrs["layout"]]
+    fn, stream = kernel("kiln_attention_rope", node), ex.stream_handle
+    return lambda: fn(out, q, k, v, pos, inv_freq, layout, n_tokens, heads, kv_heads, dh, cache_rows, scale, stream)
 
 
 # --- task 03's kernels ------------------------------------------------------------------------------

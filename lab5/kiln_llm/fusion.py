@@ -14,7 +14,9 @@ Contract:  `fuse(graph, chains=True, epilogues=True, prologues=True)` (given) re
              pattern only and is not a graph output.
            prologues (given): an rmsnorm read only by linears (or linear_swiglu) of at most
              PROLOGUE_MAX_ROWS rows -> each becomes `rmsnorm_linear(x, g, w)` (or
-             `rmsnorm_linear_swiglu(x, g, w1, w3)`) and the rmsnorm disappears.
+             `rmsnorm_linear_swiglu(x, g, w1, w3)`) and the rmsnorm disappears; a rope read only
+             by a kv_update (as its value) or an attention (as its q) at the same pos ->
+             `rope_kv_update(cache, x, pos, inv_freq)` or `attention_rope(x, k, v, pos, inv_freq)`.
            chains: every float pointwise node (add, mul, relu, silu) ends up inside exactly one
              `fused` node. A group holds a root and, recursively, the pointwise inputs of its
              members that are read only by members and are not graph outputs: the largest such
@@ -45,7 +47,8 @@ PROLOGUES = {"linear": "rmsnorm_linear", "linear_swiglu": "rmsnorm_linear_swiglu
 
 def fuse(graph: Graph, *, chains: bool = True, epilogues: bool = True, prologues: bool = True) -> Graph:
     """The graph with its epilogues folded into the matmuls, its decode RMSNorms into the linears
-    that read them, and its pointwise nodes fused (given)."""
+    that read them, its RoPEs into the cache write and the attention that read them, and its
+    pointwise nodes fused (given)."""
     out = rewrite(graph, *find_epilogues(graph)) if epilogues else graph
     out = rewrite(out, *find_prologues(out)) if prologues else out
     out = rewrite(out, *find_chains(out, chains=chains))  # a new graph in any case: the caller's to keep
@@ -104,14 +107,22 @@ def find_epilogues(graph: Graph) -> tuple[dict[Node, Replacement], set[Node]]:
 
 
 def find_prologues(graph: Graph) -> tuple[dict[Node, Replacement], set[Node]]:
-    """The RMSNorms that every reader can take in (given): each reader, a linear or linear_swiglu
-    of at most PROLOGUE_MAX_ROWS rows that reads the norm as its x, becomes its rmsnorm_ form over
-    the norm's own inputs, and the norm disappears. A norm that is an output, or that anything else
-    reads, stays, and its readers with it: folding it into some of them would remove no kernel."""
+    """The RMSNorms and RoPEs that their readers can take in (given).
+
+    An RMSNorm whose every reader is a linear or linear_swiglu of at most PROLOGUE_MAX_ROWS rows
+    that reads it as its x: each reader becomes its rmsnorm_ form over the norm's own inputs, and
+    the norm disappears. A norm that is an output, or that anything else reads, stays, and its
+    readers with it: folding it into some of them would remove no kernel.
+
+    A RoPE read once, by a kv_update as the value or by an attention as q, at the same pos: the
+    reader becomes rope_kv_update (the keys rotated on their way into the cache) or attention_rope
+    (the queries rotated as they are loaded), and the rope disappears. Any length of run: the
+    kernels take the rotation wherever they read the rows.
+    """
     users = graph.users()
     outputs = {id(o) for o in graph.outputs}
 
-    def takes_in(norm: Node, user: Node) -> bool:
+    def takes_norm(norm: Node, user: Node) -> bool:
         x, *weights = user.inputs
         return user.op in PROLOGUES and x is norm and norm not in weights and x.type.shape[0] <= PROLOGUE_MAX_ROWS
 
@@ -119,11 +130,26 @@ def find_prologues(graph: Graph) -> tuple[dict[Node, Replacement], set[Node]]:
     absorbed: set[Node] = set()
     for norm in graph.of_op("rmsnorm"):
         readers = users[norm]
-        if id(norm) in outputs or not readers or not all(takes_in(norm, u) for u in readers):
+        if id(norm) in outputs or not readers or not all(takes_norm(norm, u) for u in readers):
             continue
         for u in readers:
             replace[u] = (PROLOGUES[u.op], (*norm.inputs, *u.inputs[1:]), {"eps": norm.attrs["eps"]})
         absorbed.add(norm)
+    for rope in graph.of_op("rope"):
+        x, pos, inv_freq = rope.inputs
+        if id(rope) in outputs or len(users[rope]) != 1:
+            continue
+        (user,) = users[rope]
+        layout = rope.attrs["layout"]
+        ins = user.inputs
+        if user.op == "kv_update" and ins[1] is rope and ins[2] is pos and ins[0] is not rope:
+            replace[user] = ("rope_kv_update", (ins[0], x, pos, inv_freq), {"layout": layout})
+        elif user.op == "attention" and ins[0] is rope and ins[3] is pos and all(i is not rope for i in ins[1:]):
+            attrs = {"scale": user.attrs["scale"], "layout": layout}
+            replace[user] = ("attention_rope", (x, *ins[1:], inv_freq), attrs)
+        else:
+            continue
+        absorbed.add(rope)
     return replace, absorbed
 
 

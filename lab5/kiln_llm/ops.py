@@ -14,14 +14,17 @@ positions and tokens are i64; RoPE's frequencies are f32 whatever F is. Shapes, 
     linear         x F[M, K], w F[N, K]                                -> F[M, N]    x @ w.T
     linear_add     x F[M, K], w F[N, K], r F[M, N]                     -> F[M, N]    x @ w.T + r
     linear_swiglu  x F[M, K], w1 F[N, K], w3 F[N, K]                   -> F[M, N]    silu(x @ w1.T) * (x @ w3.T)
-    rmsnorm_linear         x F[M, K], g F[K], w F[N, K]            {eps} -> F[M, N]  linear(rmsnorm(x, g), w)
-    rmsnorm_linear_swiglu  x F[M, K], g F[K], w1 F[N, K], w3 F[N, K] {eps} -> F[M, N]  linear_swiglu(rmsnorm(x, g), ...)
     rope           x F[T, Hx, Dh], pos i64[1], inv_freq f32[Dh/2] {layout} -> F[T, Hx, Dh]
     kv_update      cache F[S, Hkv, Dh], value F[T, Hkv, Dh], pos i64[1] -> the cache (a view)
     attention      q F[T, H, Dh], k F[S, Hkv, Dh], v F[S, Hkv, Dh], pos i64[1] {scale} -> F[T, H, Dh]
+    rmsnorm_linear         x F[M, K], g F[K], w F[N, K]            {eps} -> F[M, N]  linear(rmsnorm(x, g), w)
+    rmsnorm_linear_swiglu  x F[M, K], g F[K], w1 F[N, K], w3 F[N, K] {eps} -> F[M, N]  linear_swiglu(rmsnorm(x, g), ...)
+    rope_kv_update cache F[S, Hkv, Dh], value F[T, Hkv, Dh], pos i64[1], inv_freq f32[Dh/2] {layout} -> the cache
+    attention_rope q F[T, H, Dh], k, v F[S, Hkv, Dh], pos i64[1], inv_freq f32[Dh/2] {scale, layout} -> F[T, H, Dh]
 
-The rmsnorm_ operators are what the fusion pass makes of a decode step's RMSNorm and the linears
-that read it (fusion.py): the normalized row stays in float32, unrounded, inside the GEMV.
+The last four are what the fusion pass makes (fusion.py): a decode step's RMSNorm folded into the
+linears that read it (the normalized row stays in float32, unrounded, inside the GEMV), and RoPE
+folded into the cache write of the keys and into attention's loading of the queries.
 """
 
 from __future__ import annotations
@@ -274,5 +277,40 @@ register(
         attrs=("scale",),
         doc="causal GQA attention: query t (position pos + t) of head h reads cache rows 0..pos+t "
         "of kv head h // (H / Hkv)",
+    )
+)
+
+
+def _rope_kv_update(inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:
+    cache, value, pos, inv_freq = inputs
+    _rope([value, pos, inv_freq], attrs)
+    return _kv_update([cache, value, pos], attrs)
+
+
+register(
+    OpDef(
+        "rope_kv_update",
+        4,
+        _rope_kv_update,
+        attrs=("layout",),
+        view_of=0,
+        doc="kv_update(cache, rope(value, pos, inv_freq), pos): the new keys rotated on their way into the cache",
+    )
+)
+
+
+def _attention_rope(inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:
+    q, k, v, pos, inv_freq = inputs
+    _rope([q, pos, inv_freq], attrs)
+    return _attention([q, k, v, pos], attrs)
+
+
+register(
+    OpDef(
+        "attention_rope",
+        5,
+        _attention_rope,
+        attrs=("scale", "layout"),
+        doc="attention(rope(q, pos, inv_freq), k, v, pos): the queries rotated as the attention kernel loads them",
     )
 )

@@ -202,6 +202,13 @@ VARIANTS: dict[str, Variant] = {
         "kiln_kv_update",
         "kv_update writes every new row even where pos + t falls outside [0, S)",
     ),
+    "02_llama_kernels.rope_kv_at_row_t": Variant(
+        "kiln_llm/kernels/llama.cu",
+        [("            shift = p0 * heads * dh;\n", "            shift = 0;  // row t, not pos + t\n")],
+        {"wrong"},
+        "kiln_rope_kv_update",
+        "the rotated keys land in cache rows 0 .. T - 1 whatever pos is (their angles still use pos + t)",
+    ),
     # --- task 03 (the linear kernels), on the GPU
     "03_linear.gemv_k_tail_ignored": Variant(
         "kiln_llm/kernels/linear.cu",
@@ -343,7 +350,7 @@ BATCHES = [
         "02_llama_kernels.kv_update_not_clipped",
         "03_linear.gemv_last_rows_unwritten",
     ],
-    ["01_llama_ops.kv_update_at_zero", "03_linear.norm_sum_of_one_lane"],
+    ["01_llama_ops.kv_update_at_zero", "02_llama_kernels.rope_kv_at_row_t", "03_linear.norm_sum_of_one_lane"],
 ]
 SANITIZED: list[str] = []
 AT_BUILD: list[str] = []

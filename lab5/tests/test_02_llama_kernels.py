@@ -32,6 +32,11 @@ that. float32 (atol 1e-5, rtol 1e-4): attention's scores go through exp2(x * log
 float32 roundings of scores up to ~10, about 1e-5 relative; a float16 rounding (5e-4) still fails.
 Embedding and kv_update only move bits: exact.
 
+The fused forms (fusion.py folds RoPE into its readers) run on every case too: kiln_rope_kv_update
+(the new rows rotated at kv_pos .. kv_pos + T - 1 and written there: the kv_update reference of the
+rope reference, rows outside the cache skipped) and kiln_attention_rope (the attention reference of
+the rotated, rounded q), with the rope's tolerance and attention's.
+
 Run-time positions. `replays_in_a_cuda_graph` captures, for each path of attention, a kv_update of
 the new keys and values, a rope and an attention reading the updated cache into one CUDA graph
 (on torch's capture stream) and replays it three times with a new pos written into the same device
@@ -146,6 +151,13 @@ def _args(dt: str) -> dict[str, list]:
         "attention": [Out(f"attn_{dt}", dt), In(f"q_{dt}", dt), In(f"k_{dt}", dt), In(f"v_{dt}", dt), In("pos", "i64"),
                       Scalar("n_tokens", "i64"), Scalar("heads", "i64"), Scalar("kv_heads", "i64"),
                       Scalar("dh", "i64"), Scalar("cache_rows", "i64"), Float("scale"), STREAM],
+        "rope_kv_update": [InOut(f"cache_{dt}", dt), In(f"new_{dt}", dt), In("kv_pos", "i64"), In("inv_freq", "f32"),
+                           Scalar("cache_rows", "i64"), Scalar("n_tokens", "i64"), Scalar("kv_heads", "i64"),
+                           Scalar("dh", "i64"), Int("layout"), STREAM],
+        "attention_rope": [Out(f"attn_{dt}", dt), In(f"q_{dt}", dt), In(f"k_{dt}", dt), In(f"v_{dt}", dt),
+                           In("pos", "i64"), In("inv_freq", "f32"), Int("layout"), Scalar("n_tokens", "i64"),
+                           Scalar("heads", "i64"), Scalar("kv_heads", "i64"), Scalar("dh", "i64"),
+                           Scalar("cache_rows", "i64"), Float("scale"), STREAM],
     }  # fmt: skip
 
 
@@ -290,13 +302,31 @@ def references(dt: str) -> dict[str, object]:
     def attn(x):
         return {f"attn_{dt}": attention_ref(x[f"q_{dt}"], x[f"k_{dt}"], x[f"v_{dt}"], int(x["pos"].item()), x["scale"])}
 
-    return {"embedding": emb, "rmsnorm": norm, "rope": rope, "kv_update": kv, "attention": attn}
+    def rope_kv(x):
+        kv_pos = int(x["kv_pos"].item())
+        new = rope_ref(x[f"new_{dt}"], kv_pos, x["inv_freq"], x["layout"])
+        return {f"cache_{dt}": kv_update_ref(x[f"cache_{dt}"], new, kv_pos)}
+
+    def attn_rope(x):
+        pos = int(x["pos"].item())
+        q = rope_ref(x[f"q_{dt}"], pos, x["inv_freq"], x["layout"])
+        return {f"attn_{dt}": attention_ref(q, x[f"k_{dt}"], x[f"v_{dt}"], pos, x["scale"])}
+
+    return {
+        "embedding": emb,
+        "rmsnorm": norm,
+        "rope": rope,
+        "kv_update": kv,
+        "attention": attn,
+        "rope_kv_update": rope_kv,
+        "attention_rope": attn_rope,
+    }
 
 
 def entries() -> list[Entry]:
     tolerance = {"embedding": EXACT, "kv_update": EXACT, "rmsnorm": TWO_ROUNDINGS}
     out = []
-    for kernel in ("embedding", "rmsnorm", "rope", "kv_update", "attention"):
+    for kernel in ("embedding", "rmsnorm", "rope", "kv_update", "attention", "rope_kv_update", "attention_rope"):
         for dt in DTYPES:
             out.append(
                 Entry(

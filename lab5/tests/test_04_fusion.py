@@ -23,7 +23,10 @@ decode-shaped layer (T = 1 and T = 8) the attention norm read by three linears a
 by the SwiGLU pair become rmsnorm_linear three times and rmsnorm_linear_swiglu once; at T = 9 (the
 GEMM's rows), with prologues=False, or where the norm is also read by an add or is an output, every
 rmsnorm stays. On the CPU executor the fused layer agrees with the unfused one (the prologue keeps
-the normalized row in float32: within 1e-5 in f32, one rounding of f16).
+the normalized row in float32: within 1e-5 in f32, one rounding of f16). A rope read only by a
+kv_update (as the value, at the same pos) becomes rope_kv_update, one read only by an attention (as
+q) attention_rope, at any T; a rope also read elsewhere, or read at another pos, stays. Those fused
+forms run the operators they stand for on the CPU: the same result, exactly.
 
 The compilation cache (given code, checked with nvcc where there is one, GPU or not): two fused
 nodes of one structure, different names and shapes, compile once (a miss, then a hit, the same
@@ -392,6 +395,44 @@ def test_prologue_computes_what_the_layer_does(dtype):
     tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 4e-3, "atol": 4e-3}
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, **tol)
+
+
+def roped_attention(t: int = 2, also_read: bool = False, other_pos: bool = False):
+    """q and k rotated, k and v into their caches, attention: as one LLaMA layer has them."""
+    s, h, hkv, dh = 8, 4, 2, 8
+    b = builder("roped")
+    q, k, v = b.input("q", (t, h, dh)), b.input("k", (t, hkv, dh)), b.input("v", (t, hkv, dh))
+    pos, pos2 = b.input("pos", (1,), "int64"), b.input("pos2", (1,), "int64")
+    inv_freq = b.constant("inv_freq", 1.0 / 10000 ** (torch.arange(0, dh, 2).float() / dh))
+    k_cache, v_cache = b.buffer("k_cache", (s, hkv, dh)), b.buffer("v_cache", (s, hkv, dh))
+    rq = b.op("rope", q, pos, inv_freq, layout="interleaved")
+    rk = b.op("rope", k, pos2 if other_pos else pos, inv_freq, layout="half")
+    kc, vc = b.op("kv_update", k_cache, rk, pos), b.op("kv_update", v_cache, v, pos)
+    out = b.op("attention", rq, kc, vc, pos, scale=0.35)
+    b.output(*([out, rq] if also_read else [out]))
+    inputs = {
+        n: rand(shape, seed=i)
+        for i, (n, shape) in enumerate([("q", (t, h, dh)), ("k", (t, hkv, dh)), ("v", (t, hkv, dh))])
+    }
+    return b.graph, inputs | {"pos": torch.tensor([3]), "pos2": torch.tensor([3])}
+
+
+@pytest.mark.points(1)
+def test_rope_goes_into_the_cache_write_and_the_attention():
+    for t in (1, 5):
+        graph, inputs = roped_attention(t)
+        out = fuse(graph)
+        assert ops_of(out) == {"rope_kv_update": 1, "kv_update": 1, "attention_rope": 1}, f"{dict(ops_of(out))}"
+        (kv,) = out.of_op("rope_kv_update")
+        (att,) = out.of_op("attention_rope")
+        assert [i.name for i in kv.inputs] == ["k_cache", "k", "pos", "inv_freq"] and kv.attrs["layout"] == "half"
+        assert att.inputs[0].name == "q" and att.inputs[-1].name == "inv_freq"
+        assert att.attrs == {"scale": 0.35, "layout": "interleaved"}
+        torch.testing.assert_close(run_cpu(out, inputs)[0], run_cpu(graph, inputs)[0], rtol=0, atol=0)
+    graph, _ = roped_attention(also_read=True)
+    assert ops_of(fuse(graph))["rope"] == 1, "q's rope is an output too: it stays, and the attention reads it"
+    graph, _ = roped_attention(other_pos=True)
+    assert ops_of(fuse(graph))["rope"] == 1, "k turned at another pos than the cache row: not one operation"
 
 
 # --- the compilation cache (given code; needs nvcc, not a GPU) -----------------------------------------

@@ -1,7 +1,8 @@
 // Lab 5 · Task 02 — the LLaMA kernels: embedding, RMSNorm, RoPE, the KV-cache update and attention
 //
 // Implement: the kernel bodies in the TODO regions: copy_rows_kernel (embedding and kv_update are
-//            both row copies), rmsnorm_kernel, rope_kernel, and attention in two paths:
+//            both row copies), rmsnorm_kernel, rope_kernel (also into a cache: rope_kv_update),
+//            rotated() (one element of RoPE, for attention_rope's queries), and attention in two paths:
 //            decode (n_tokens <= DECODE_MAX_TOKENS): flash-decoding in one launch, the filled
 //            prefix split across blocks (attention_split_kernel: a partial max, sum and weighted
 //            sum per split), the last block of each head to finish merging them (merge_splits);
@@ -242,25 +243,38 @@ static cudaError_t rmsnorm(T* out, const T* x, const T* w, int64_t rows, int64_t
 
 // ---- rope: one thread per rotated pair --------------------------------------------------------------
 
-// x (n_tokens, heads, dh) -> out, same shape; pair j of (token t, head h) turns by (pos + t) * inv_freq[j].
+// x (n_tokens, heads, dh) -> out; pair j of (token t, head h) turns by (pos + t) * inv_freq[j].
+// cache_rows < 0: out has x's shape, token t in row t (kiln_rope). Else out is a cache of
+// cache_rows rows of (heads, dh) and token t goes to row pos + t, skipped outside [0, cache_rows):
+// the new keys rotated on their way into the cache, one kernel where rope and kv_update were two.
 template <typename T>
 __global__ void rope_kernel(T* out, const T* x, const int64_t* __restrict__ pos, const float* __restrict__ inv_freq,
-                            int64_t n_tokens, int64_t heads, int64_t dh, int layout) {
+                            int64_t n_tokens, int64_t heads, int64_t dh, int layout, int64_t cache_rows) {
     wait_for_previous();
     start_next();
-    // TODO(lab5/02) begin: a grid-stride loop over the n_tokens * heads * dh/2 pairs: the pair's token (its position pos[0] + t as a float), its j and its two elements by the layout (half: j and j + dh/2; interleaved: 2j and 2j + 1), the angle in float32, sincosf, both outputs rounded once; see the chapter's section "Rotary embeddings"; about 15 lines.
+    // TODO(lab5/02) begin: a grid-stride loop over the n_tokens * heads * dh/2 pairs: the pair's token (its position pos[0] + t as a float), its j and its two elements by the layout (half: j and j + dh/2; interleaved: 2j and 2j + 1), the angle in float32, sincosf, both outputs rounded once, written to row t (cache_rows < 0) or to cache row pos + t when that is inside [0, cache_rows); see the chapter's section "Rotary embeddings"; about 20 lines.
     // TODO(lab5/02) end
 }
 
 template <typename T>
 static cudaError_t rope(T* out, const T* x, const int64_t* pos, const float* inv_freq, int64_t n_tokens, int64_t heads,
-                        int64_t dh, int layout, cudaStream_t stream) {
+                        int64_t dh, int layout, int64_t cache_rows, cudaStream_t stream) {
     if (n_tokens < 0 || heads < 0 || dh < 2 || dh % 2 != 0 || (layout != 0 && layout != 1)) return cudaErrorInvalidValue;
     const int64_t pairs = n_tokens * heads * (dh / 2);
     if (pairs == 0) return cudaSuccess;
     launch_chained(rope_kernel<T>, dim3(blocks_for(pairs)), dim3(THREADS), stream, out, x, pos, inv_freq, n_tokens, heads,
-                   dh, layout);
+                   dh, layout, cache_rows);
     return cudaGetLastError();
+}
+
+// Element d of one head's row (dh elements of a token at `position`) after RoPE, rounded to T as
+// rope_kernel's output is: attention_rope turns its queries as it loads them, so q never makes
+// the round trip through memory that a rope kernel in between would cost.
+template <typename T>
+__device__ __forceinline__ float rotated(const T* row, int d, int dh, float position, const float* __restrict__ inv_freq,
+                                         int layout) {
+    // TODO(lab5/02) begin: the pair of d by the layout (half: j = d % (dh/2), elements j and j + dh/2; interleaved: j = d / 2, elements 2j and 2j + 1), its angle position * inv_freq[j], and the rotated value of d (the pair's first element: a cos - b sin, its second: a sin + b cos), rounded to T and back; about 12 lines.
+    // TODO(lab5/02) end
 }
 
 // ---- attention ------------------------------------------------------------------------------------
@@ -338,11 +352,12 @@ __device__ void merge_splits(T* __restrict__ out, int64_t last, int64_t chunk, i
 template <typename T, int DH, int NT>
 __global__ void __launch_bounds__(DECODE_THREADS, NT == 1 ? 6 : 1)
     attention_split_kernel(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                           const int64_t* __restrict__ pos, int n_tokens, int heads, int kv_heads, int64_t cache_rows,
-                           int64_t min_chunk, int n_splits, float scale_log2) {
+                           const int64_t* __restrict__ pos, const float* __restrict__ inv_freq, int layout,
+                           int n_tokens, int heads, int kv_heads, int64_t cache_rows, int64_t min_chunk, int n_splits,
+                           float scale_log2) {
     wait_for_previous();
     start_next();
-    // TODO(lab5/02) begin: the keys of this split, [split * chunk, + chunk) with chunk = run_chunk(last, n_splits, min_chunk), cut at last = min(pos + n_tokens, cache_rows) (return at once when the split starts past it, after split 0 has written zeros through merge_splits if last <= 0); each group walks its keys, KEYS of them loaded before the first is scored, (every thread of the block the same number of steps: the shuffles need the whole warp), the score of every query t by a dot of 16-byte vectors and a shuffle sum inside the group, masked to keys <= pos + t, the online softmax update; then merge the groups (shuffles inside a warp, shared memory across warps) and write m, l and acc of every query to the scratch at ((h * n_splits + split) * n_tokens + t); last, the arrival: __threadfence(), one thread counts the block in g_arrived[h] (atomicAdd), and the block that finds every other working split already counted puts the count back to 0 and runs merge_splits; see the chapter's section "Flash-decoding"; about 85 lines.
+    // TODO(lab5/02) begin: the keys of this split, [split * chunk, + chunk) with chunk = run_chunk(last, n_splits, min_chunk), cut at last = min(pos + n_tokens, cache_rows) (return at once when the split starts past it, after split 0 has written zeros through merge_splits if last <= 0); each group walks its keys, KEYS of them loaded before the first is scored, (every thread of the block the same number of steps: the shuffles need the whole warp), with q turned by rotated() when inv_freq is given (attention_rope); the score of every query t by a dot of 16-byte vectors and a shuffle sum inside the group, masked to keys <= pos + t, the online softmax update; then merge the groups (shuffles inside a warp, shared memory across warps) and write m, l and acc of every query to the scratch at ((h * n_splits + split) * n_tokens + t); last, the arrival: __threadfence(), one thread counts the block in g_arrived[h] (atomicAdd), and the block that finds every other working split already counted puts the count back to 0 and runs merge_splits; see the chapter's section "Flash-decoding"; about 85 lines.
     // TODO(lab5/02) end
 }
 
@@ -358,17 +373,25 @@ static_assert(BK == 32, "a key tile has one key per lane of a warp");
 template <typename T, int DH>
 __global__ void __launch_bounds__(PREFILL_WARPS * 32)
     attention_prefill_kernel(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k,
-                             const T* __restrict__ v, const int64_t* __restrict__ pos, int64_t n_tokens, int heads,
-                             int kv_heads, int64_t cache_rows, float scale_log2) {
+                             const T* __restrict__ v, const int64_t* __restrict__ pos,
+                             const float* __restrict__ inv_freq, int layout, int64_t n_tokens, int heads, int kv_heads,
+                             int64_t cache_rows, float scale_log2) {
     wait_for_previous();
     start_next();
-    // TODO(lab5/02) begin: stage the block's queries (scaled by scale_log2, zeros past n_tokens); walk the key tiles below min(pos + last query of the block + 1, cache_rows) (zeros past it: never read those rows): stage K and V, each lane scores its key against the warp's ROWS queries, mask (key > pos + t, or t past n_tokens), the online softmax per query (warp max and sum), p through shared memory, acc += p * V; write acc / l rounded once; see the chapter's section "Flash attention"; about 75 lines.
+    // TODO(lab5/02) begin: stage the block's queries (turned by rotated() when inv_freq is given, scaled by scale_log2, zeros past n_tokens); walk the key tiles below min(pos + last query of the block + 1, cache_rows) (zeros past it: never read those rows): stage K and V, each lane scores its key against the warp's ROWS queries, mask (key > pos + t, or t past n_tokens), the online softmax per query (warp max and sum), p through shared memory, acc += p * V; write acc / l rounded once; see the chapter's section "Flash attention"; about 75 lines.
     // TODO(lab5/02) end
 }
 
+// What attention_rope adds: RoPE's frequencies and layout for the queries (inv_freq null: none).
+struct QueryRope {
+    const float* inv_freq;
+    int layout;
+};
+
 template <typename T, int DH>
-static cudaError_t attention_dh(T* out, const T* q, const T* k, const T* v, const int64_t* pos, int64_t n_tokens,
-                                int64_t heads, int64_t kv_heads, int64_t cache_rows, float scale, cudaStream_t stream) {
+static cudaError_t attention_dh(T* out, const T* q, const T* k, const T* v, const int64_t* pos, QueryRope rope,
+                                int64_t n_tokens, int64_t heads, int64_t kv_heads, int64_t cache_rows, float scale,
+                                cudaStream_t stream) {
     const float scale_log2 = scale * LOG2E;
     const int64_t rows_per_split = heads * n_tokens;  // partial rows one split of every head fills
     if (n_tokens <= DECODE_MAX_TOKENS && rows_per_split <= SCRATCH_ROWS) {
@@ -384,30 +407,34 @@ static cudaError_t attention_dh(T* out, const T* q, const T* k, const T* v, cons
         // one query (decode proper) keeps a quarter of the registers: more blocks fit an SM
         auto* split_kernel =
             n_tokens == 1 ? attention_split_kernel<T, DH, 1> : attention_split_kernel<T, DH, DECODE_MAX_TOKENS>;
-        launch_chained(split_kernel, grid, dim3(DECODE_THREADS), stream, out, q, k, v, pos, static_cast<int>(n_tokens),
-                       static_cast<int>(heads), static_cast<int>(kv_heads), cache_rows, chunk, static_cast<int>(splits),
-                       scale_log2);
+        launch_chained(split_kernel, grid, dim3(DECODE_THREADS), stream, out, q, k, v, pos, rope.inv_freq, rope.layout,
+                       static_cast<int>(n_tokens), static_cast<int>(heads), static_cast<int>(kv_heads), cache_rows,
+                       chunk, static_cast<int>(splits), scale_log2);
         return cudaGetLastError();
     }
     const int64_t tiles = (n_tokens + BQ - 1) / BQ;
     if (tiles > 0x7fffffff || heads > 65535) return cudaErrorInvalidValue;
     const dim3 grid(static_cast<unsigned int>(tiles), static_cast<unsigned int>(heads));
     attention_prefill_kernel<T, DH><<<grid, PREFILL_WARPS * 32, 0, stream>>>(
-        out, q, k, v, pos, n_tokens, static_cast<int>(heads), static_cast<int>(kv_heads), cache_rows, scale_log2);
+        out, q, k, v, pos, rope.inv_freq, rope.layout, n_tokens, static_cast<int>(heads), static_cast<int>(kv_heads),
+        cache_rows, scale_log2);
     return cudaGetLastError();
 }
 
 template <typename T>
-static cudaError_t attention(T* out, const T* q, const T* k, const T* v, const int64_t* pos, int64_t n_tokens,
-                             int64_t heads, int64_t kv_heads, int64_t dh, int64_t cache_rows, float scale,
-                             cudaStream_t stream) {
+static cudaError_t attention(T* out, const T* q, const T* k, const T* v, const int64_t* pos, QueryRope rope,
+                             int64_t n_tokens, int64_t heads, int64_t kv_heads, int64_t dh, int64_t cache_rows,
+                             float scale, cudaStream_t stream) {
     if (n_tokens < 1 || heads < 1 || kv_heads < 1 || heads % kv_heads != 0 || cache_rows < 1) {
         return cudaErrorInvalidValue;
     }
+    if (rope.inv_freq != nullptr && rope.layout != 0 && rope.layout != 1) return cudaErrorInvalidValue;
     if (!aligned16(q) || !aligned16(k) || !aligned16(v)) return cudaErrorInvalidValue;  // 16-byte vector loads
-    if (dh == 32) return attention_dh<T, 32>(out, q, k, v, pos, n_tokens, heads, kv_heads, cache_rows, scale, stream);
-    if (dh == 64) return attention_dh<T, 64>(out, q, k, v, pos, n_tokens, heads, kv_heads, cache_rows, scale, stream);
-    if (dh == 128) return attention_dh<T, 128>(out, q, k, v, pos, n_tokens, heads, kv_heads, cache_rows, scale, stream);
+    if (dh == 32) return attention_dh<T, 32>(out, q, k, v, pos, rope, n_tokens, heads, kv_heads, cache_rows, scale, stream);
+    if (dh == 64) return attention_dh<T, 64>(out, q, k, v, pos, rope, n_tokens, heads, kv_heads, cache_rows, scale, stream);
+    if (dh == 128) {
+        return attention_dh<T, 128>(out, q, k, v, pos, rope, n_tokens, heads, kv_heads, cache_rows, scale, stream);
+    }
     return cudaErrorInvalidValue;
 }
 
@@ -425,7 +452,7 @@ static cudaError_t attention(T* out, const T* q, const T* k, const T* v, const i
     COURSE_API cudaError_t kiln_rope_##SUFFIX(T* out, const T* x, const int64_t* pos, const float* inv_freq,          \
                                               int64_t n_tokens, int64_t heads, int64_t dh, int layout,              \
                                               cudaStream_t stream) {                                                 \
-        return rope<T>(out, x, pos, inv_freq, n_tokens, heads, dh, layout, stream);                                  \
+        return rope<T>(out, x, pos, inv_freq, n_tokens, heads, dh, layout, -1, stream);                              \
     }                                                                                                                \
     COURSE_API cudaError_t kiln_kv_update_##SUFFIX(T* cache, const T* value, const int64_t* pos, int64_t cache_rows, \
                                                    int64_t n_tokens, int64_t row_elems, cudaStream_t stream) {       \
@@ -434,7 +461,22 @@ static cudaError_t attention(T* out, const T* q, const T* k, const T* v, const i
     COURSE_API cudaError_t kiln_attention_##SUFFIX(T* out, const T* q, const T* k, const T* v, const int64_t* pos,    \
                                                    int64_t n_tokens, int64_t heads, int64_t kv_heads, int64_t dh,   \
                                                    int64_t cache_rows, float scale, cudaStream_t stream) {          \
-        return attention<T>(out, q, k, v, pos, n_tokens, heads, kv_heads, dh, cache_rows, scale, stream);            \
+        return attention<T>(out, q, k, v, pos, QueryRope{nullptr, 0}, n_tokens, heads, kv_heads, dh, cache_rows,    \
+                            scale, stream);                                                                          \
+    }                                                                                                                \
+    COURSE_API cudaError_t kiln_rope_kv_update_##SUFFIX(T* cache, const T* value, const int64_t* pos,              \
+                                                        const float* inv_freq, int64_t cache_rows, int64_t n_tokens, \
+                                                        int64_t heads, int64_t dh, int layout, cudaStream_t stream) { \
+        if (cache_rows < 0) return cudaErrorInvalidValue;                                                            \
+        return rope<T>(cache, value, pos, inv_freq, n_tokens, heads, dh, layout, cache_rows, stream);               \
+    }                                                                                                                \
+    COURSE_API cudaError_t kiln_attention_rope_##SUFFIX(                                                            \
+        T* out, const T* q, const T* k, const T* v, const int64_t* pos, const float* inv_freq, int layout,          \
+        int64_t n_tokens, int64_t heads, int64_t kv_heads, int64_t dh, int64_t cache_rows, float scale,             \
+        cudaStream_t stream) {                                                                                       \
+        if (inv_freq == nullptr) return cudaErrorInvalidValue;                                                       \
+        return attention<T>(out, q, k, v, pos, QueryRope{inv_freq, layout}, n_tokens, heads, kv_heads, dh,          \
+                            cache_rows, scale, stream);                                                              \
     }
 
 KILN_LLM_DEFINE(f32, float)

@@ -93,6 +93,11 @@ static cudaError_t launch_chained(void (*kernel)(Params...), dim3 grid, dim3 blo
 //   are never read. dh 32, 64 or 128 (the repo's tiny model has 32), H % Hkv == 0, any n_tokens >= 1. pos: DEVICE, 1 int64.
 //   A decode call (n_tokens <= 4) keeps partial results in one static scratch array: calls on
 //   streams that run at the same time must not overlap (kiln runs one stream at a time).
+// kiln_rope_kv_update_<t>(cache, value, pos, inv_freq, cache_rows, n_tokens, heads, dh, layout)
+//   kiln_rope of value (T, heads, dh) written into cache (S, heads, dh) at rows pos + t instead of
+//   rows t: kiln_kv_update of the rotated keys, rows outside [0, S) skipped. cache_rows >= 0.
+// kiln_attention_rope_<t>(out, q, k, v, pos, inv_freq, layout, n_tokens, heads, kv_heads, dh, cache_rows, scale)
+//   kiln_attention of kiln_rope(q): each query is rotated (and rounded to T) as it is loaded.
 //
 // ---- task 03 (linear.cu) -----------------------------------------------------------------------------
 //
@@ -122,6 +127,15 @@ static cudaError_t launch_chained(void (*kernel)(Params...), dim3 grid, dim3 blo
     COURSE_API cudaError_t kiln_attention_##SUFFIX(T* out, const T* q, const T* k, const T* v, const int64_t* pos, \
                                                    int64_t n_tokens, int64_t heads, int64_t kv_heads, int64_t dh, \
                                                    int64_t cache_rows, float scale, cudaStream_t stream);        \
+    COURSE_API cudaError_t kiln_rope_kv_update_##SUFFIX(T* cache, const T* value, const int64_t* pos,          \
+                                                        const float* inv_freq, int64_t cache_rows,               \
+                                                        int64_t n_tokens, int64_t heads, int64_t dh, int layout, \
+                                                        cudaStream_t stream);                                    \
+    COURSE_API cudaError_t kiln_attention_rope_##SUFFIX(T* out, const T* q, const T* k, const T* v,             \
+                                                        const int64_t* pos, const float* inv_freq, int layout,   \
+                                                        int64_t n_tokens, int64_t heads, int64_t kv_heads,       \
+                                                        int64_t dh, int64_t cache_rows, float scale,             \
+                                                        cudaStream_t stream);                                    \
     COURSE_API cudaError_t kiln_linear_##SUFFIX(int epilogue, T* out, const T* x, const T* w, const T* extra,     \
                                                 int64_t m, int64_t n, int64_t k, cudaStream_t stream);           \
     COURSE_API cudaError_t kiln_rmsnorm_linear_##SUFFIX(int epilogue, T* out, const T* x, const T* norm_w,      \

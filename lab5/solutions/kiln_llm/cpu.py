@@ -169,3 +169,18 @@ def attention(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.einsum("hts,shd->thd", probs, vf).to(q.dtype).contiguous()  # (T, H, Dh)
     # ~ raise NotImplementedError("lab5/01: attention")
     # TODO(lab5/01) end
+
+
+# --- the forms fusion.py folds RoPE into (given): the operators they stand for, one after the other
+
+
+@register_cpu("rope_kv_update")
+def rope_kv_update(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
+    cache, value, pos, inv_freq = args
+    return kv_update(node, [cache, rope(node, [value, pos, inv_freq]), pos])
+
+
+@register_cpu("attention_rope")
+def attention_rope(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
+    q, k, v, pos, inv_freq = args
+    return attention(node, [rope(node, [q, pos, inv_freq]), k, v, pos])
