@@ -248,17 +248,9 @@ PROLOGUE = [
 
 
 def prologue_args(dt: str) -> list:
-    return [
-        Int("epilogue"),
-        Out(f"out_{dt}", dt),
-        In(f"x_{dt}", dt),
-        In(f"g_{dt}", dt),
-        Float("eps"),
-        In(f"w_{dt}", dt),
-        In(f"extra_{dt}", dt),
-        *(Scalar(s, "i64") for s in SIZES),
-        STREAM,
-    ]
+    """kiln_rmsnorm_linear's: kiln_linear's with the norm's weight and eps after x."""
+    epilogue, out, x, *rest = args(dt)
+    return [epilogue, out, x, In(f"g_{dt}", dt), Float("eps"), *rest]
 
 
 def normalized(x, g, eps: float):
