@@ -113,13 +113,19 @@ def lower_kv_update(ex: CudaExecutor, node: Node) -> Launch:
 
 
 @register_cuda("attention")
+@register_cuda("attention_rope")
 def lower_attention(ex: CudaExecutor, node: Node) -> Launch:
-    out, q, k, v, pos = _tensors(ex, node)  # k and v: the kv_update views, i.e. the caches
+    """attention (q, k, v, pos) and attention_rope (q, k, v, pos, inv_freq), which turns q as it loads it."""
+    out, q, k, v, pos, *rope = _tensors(ex, node)  # k and v: the kv_update views, i.e. the caches
     n_tokens, heads, dh = node.inputs[0].type.shape
     cache_rows, kv_heads, _ = node.inputs[1].type.shape
     scale = float(node.attrs["scale"])
-    fn, stream = kernel("kiln_attention", node), ex.stream_handle
-    return lambda: fn(out, q, k, v, pos, n_tokens, heads, kv_heads, dh, cache_rows, scale, stream)
+    stream = ex.stream_handle
+    if not rope:
+        fn = kernel("kiln_attention", node)
+        return lambda: fn(out, q, k, v, pos, n_tokens, heads, kv_heads, dh, cache_rows, scale, stream)
+    fn, layout = kernel("kiln_attention_rope", node), LAYOUTS[node.attrs["layout"]]
+    return lambda: fn(out, q, k, v, pos, rope[0], layout, n_tokens, heads, kv_heads, dh, cache_rows, scale, stream)
 
 
 @register_cuda("rope_kv_update")
@@ -132,51 +138,32 @@ def lower_rope_kv_update(ex: CudaExecutor, node: Node) -> Launch:
     return lambda: fn(cache, value, pos, inv_freq, cache_rows, n_tokens, kv_heads, dh, layout, stream)
 
 
-@register_cuda("attention_rope")
-def lower_attention_rope(ex: CudaExecutor, node: Node) -> Launch:
-    out, q, k, v, pos, inv_freq = _tensors(ex, node)
-    n_tokens, heads, dh = node.inputs[0].type.shape
-    cache_rows, kv_heads, _ = node.inputs[1].type.shape
-    scale = float(node.attrs["scale"])
-    layout = LAYOUTS[node.attrs["layout"]]
-    fn, stream = kernel("kiln_attention_rope", node), ex.stream_handle
-    return lambda: fn(out, q, k, v, pos, inv_freq, layout, n_tokens, heads, kv_heads, dh, cache_rows, scale, stream)
-
-
 # --- task 03's kernels ------------------------------------------------------------------------------
 
 
 def _lower_linear(ex: CudaExecutor, node: Node) -> Launch:
     """linear (x, w), linear_add (x, w, r), linear_swiglu (x, w1, w3): one kiln_linear call, the
-    third input (if any) is its `extra`."""
-    out, x, w, *rest = _tensors(ex, node)
+    third input (if any) is its `extra`; their rmsnorm_ forms read the norm's weight g after x and
+    call kiln_rmsnorm_linear, the GEMV with the RMSNorm prologue (the fusion pass makes those for
+    m <= 8 only)."""
+    norm = node.op.startswith("rmsnorm_")
+    out, x, *rest = _tensors(ex, node)
+    g = rest.pop(0) if norm else None
+    w, *rest = rest
     extra = rest[0] if rest else ctypes.c_void_p(None)
     m, k = node.inputs[0].type.shape
-    n = node.inputs[1].type.shape[0]
-    epilogue = EPILOGUES[node.op]
-    fn, stream = kernel("kiln_linear", node), ex.stream_handle
-    return lambda: fn(epilogue, out, x, w, extra, m, n, k, stream)
-
-
-for _op in EPILOGUES:
-    register_cuda(_op)(_lower_linear)
-
-
-def _lower_rmsnorm_linear(ex: CudaExecutor, node: Node) -> Launch:
-    """rmsnorm_linear (x, g, w) and rmsnorm_linear_swiglu (x, g, w1, w3): one kiln_rmsnorm_linear
-    call, the GEMV with its RMSNorm prologue (the fusion pass makes these for m <= 8 only)."""
-    out, x, g, w, *rest = _tensors(ex, node)
-    extra = rest[0] if rest else ctypes.c_void_p(None)
-    m, k = node.inputs[0].type.shape
-    n = node.inputs[2].type.shape[0]
+    n = node.inputs[2 if norm else 1].type.shape[0]
     epilogue = EPILOGUES[node.op.removeprefix("rmsnorm_")]
-    eps = float(node.attrs["eps"])
-    fn, stream = kernel("kiln_rmsnorm_linear", node), ex.stream_handle
+    stream = ex.stream_handle
+    if not norm:
+        fn = kernel("kiln_linear", node)
+        return lambda: fn(epilogue, out, x, w, extra, m, n, k, stream)
+    fn, eps = kernel("kiln_rmsnorm_linear", node), float(node.attrs["eps"])
     return lambda: fn(epilogue, out, x, g, eps, w, extra, m, n, k, stream)
 
 
-for _op in ("rmsnorm_linear", "rmsnorm_linear_swiglu"):
-    register_cuda(_op)(_lower_rmsnorm_linear)
+for _op in ("linear", "linear_add", "linear_swiglu", "rmsnorm_linear", "rmsnorm_linear_swiglu"):
+    register_cuda(_op)(_lower_linear)
 
 
 __all__ = ["SIGNATURES", "kernel", "load_kernels"]

@@ -156,20 +156,9 @@ def _linear_swiglu(inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> Te
 register(OpDef("linear_swiglu", 3, _linear_swiglu, doc="silu(x @ w1.T) * (x @ w3.T) in fp32, one rounding (SwiGLU)"))
 
 
-def _norm_weight(x: TensorType, g: TensorType, what: str) -> None:
-    if g.rank != 1 or g.shape[0] != x.shape[-1]:
-        raise ShapeError(
-            f"{what} of {x} with norm weight {g}: it must be {x.dtype.short}[{x.shape[-1]}] (x's last dimension)"
-        )
-
-
 def _rmsnorm_linear(inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:
     x, g, w = inputs
-    _floats(inputs)
-    _number(attrs, "eps")
-    m, n = _linear_shapes(x, w)
-    _norm_weight(x, g, "rmsnorm_linear")
-    return make_type((m, n), x.dtype)
+    return _linear([_rmsnorm([x, g], attrs), w], attrs)
 
 
 register(
@@ -185,9 +174,7 @@ register(
 
 def _rmsnorm_linear_swiglu(inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:
     x, g, w1, w3 = inputs
-    _number(attrs, "eps")
-    _norm_weight(x, g, "rmsnorm_linear_swiglu")
-    return _linear_swiglu([x, w1, w3], attrs)
+    return _linear_swiglu([_rmsnorm([x, g], attrs), w1, w3], attrs)
 
 
 register(
