@@ -118,7 +118,8 @@ def attention(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
     # TODO(lab5/01) end
 
 
-# --- the forms fusion.py folds RoPE into (given): the operators they stand for, one after the other
+# --- the forms fusion.py folds RoPE and the cache writes into (given): the operators they stand for,
+# one after the other
 
 
 @register_cpu("rope_kv_update")
@@ -131,3 +132,11 @@ def rope_kv_update(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
 def attention_rope(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
     q, k, v, pos, inv_freq = args
     return attention(node, [rope(node, [q, pos, inv_freq]), k, v, pos])
+
+
+@register_cpu("attention_append")
+def attention_append(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
+    q, k_new, v_new, cache_k, cache_v, pos, inv_freq = args  # the caches are written in place
+    k = rope_kv_update(node, [cache_k, k_new, pos, inv_freq])
+    v = kv_update(node, [cache_v, v_new, pos])
+    return attention_rope(node, [q, k, v, pos, inv_freq])

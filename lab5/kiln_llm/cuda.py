@@ -44,6 +44,7 @@ _ARGTYPES: dict[str, list[Any]] = {
     "kiln_attention": [_P, _P, _P, _P, _P, _I64, _I64, _I64, _I64, _I64, _F32, _P],
     "kiln_rope_kv_update": [_P, _P, _P, _P, _I64, _I64, _I64, _I64, _INT, _P],
     "kiln_attention_rope": [_P, _P, _P, _P, _P, _P, _INT, _I64, _I64, _I64, _I64, _I64, _F32, _P],
+    "kiln_attention_append": [_P, _P, _P, _P, _P, _P, _P, _P, _INT, _I64, _I64, _I64, _I64, _I64, _F32, _P],
     "kiln_linear": [_INT, _P, _P, _P, _P, _I64, _I64, _I64, _P],
     "kiln_rmsnorm_linear": [_INT, _P, _P, _P, _F32, _P, _P, _I64, _I64, _I64, _P],
 }
@@ -136,6 +137,35 @@ def lower_rope_kv_update(ex: CudaExecutor, node: Node) -> Launch:
     layout = LAYOUTS[node.attrs["layout"]]
     fn, stream = kernel("kiln_rope_kv_update", node), ex.stream_handle
     return lambda: fn(cache, value, pos, inv_freq, cache_rows, n_tokens, kv_heads, dh, layout, stream)
+
+
+@register_cuda("attention_append")
+def lower_attention_append(ex: CudaExecutor, node: Node) -> Launch:
+    """attention_append (q, k_new, v_new, cache_k, cache_v, pos, inv_freq): the kernel writes the new
+    rows into the two caches (buffers, which outlive the run) and attends over them."""
+    out, q, k_new, v_new, cache_k, cache_v, pos, inv_freq = _tensors(ex, node)
+    n_tokens, heads, dh = node.inputs[0].type.shape
+    cache_rows, kv_heads, _ = node.inputs[3].type.shape
+    scale, layout = float(node.attrs["scale"]), LAYOUTS[node.attrs["layout"]]
+    fn, stream = kernel("kiln_attention_append", node), ex.stream_handle
+    return lambda: fn(
+        out,
+        q,
+        k_new,
+        v_new,
+        cache_k,
+        cache_v,
+        pos,
+        inv_freq,
+        layout,
+        n_tokens,
+        heads,
+        kv_heads,
+        dh,
+        cache_rows,
+        scale,
+        stream,
+    )
 
 
 # --- task 03's kernels ------------------------------------------------------------------------------

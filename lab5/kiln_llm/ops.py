@@ -21,10 +21,13 @@ positions and tokens are i64; RoPE's frequencies are f32 whatever F is. Shapes, 
     rmsnorm_linear_swiglu  x F[M, K], g F[K], w1 F[N, K], w3 F[N, K] {eps} -> F[M, N]  linear_swiglu(rmsnorm(x, g), ...)
     rope_kv_update cache F[S, Hkv, Dh], value F[T, Hkv, Dh], pos i64[1], inv_freq f32[Dh/2] {layout} -> the cache
     attention_rope q F[T, H, Dh], k, v F[S, Hkv, Dh], pos i64[1], inv_freq f32[Dh/2] {scale, layout} -> F[T, H, Dh]
+    attention_append q F[T, H, Dh], k_new, v_new F[T, Hkv, Dh], cache_k, cache_v F[S, Hkv, Dh], pos i64[1],
+                   inv_freq f32[Dh/2] {scale, layout} -> F[T, H, Dh], and the caches written at rows pos + t
 
-The last four are what the fusion pass makes (fusion.py): a decode step's RMSNorm folded into the
-linears that read it (the normalized row stays in float32, unrounded, inside the GEMV), and RoPE
-folded into the cache write of the keys and into attention's loading of the queries.
+The last five are what the fusion pass makes (fusion.py): a decode step's RMSNorm folded into the
+linears that read it (the normalized row stays in float32, unrounded, inside the GEMV), RoPE
+folded into the cache write of the keys and into attention's loading of the queries, and at decode
+both cache writes folded into the attention that reads the caches.
 """
 
 from __future__ import annotations
@@ -299,5 +302,29 @@ register(
         _attention_rope,
         attrs=("scale", "layout"),
         doc="attention(rope(q, pos, inv_freq), k, v, pos): the queries rotated as the attention kernel loads them",
+    )
+)
+
+
+def _attention_append(inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:
+    q, k_new, v_new, cache_k, cache_v, pos, inv_freq = inputs
+    _rope_kv_update([cache_k, k_new, pos, inv_freq], attrs)
+    _kv_update([cache_v, v_new, pos], attrs)
+    if k_new.shape[0] != q.shape[0]:
+        raise ShapeError(f"attention_append: {k_new.shape[0]} new keys for {q.shape[0]} queries (one per token)")
+    return _attention_rope([q, cache_k, cache_v, pos, inv_freq], attrs)
+
+
+# The one operator that writes into inputs that are not its output: cache_k and cache_v (inputs 3
+# and 4) must be buffers, whose memory outlives the run and which nothing else reads in it; the
+# fusion pass makes it only under those conditions (kiln_llm/fusion.py, find_appends).
+register(
+    OpDef(
+        "attention_append",
+        7,
+        _attention_append,
+        attrs=("scale", "layout"),
+        doc="rope_kv_update(cache_k, k_new), kv_update(cache_v, v_new), then attention_rope(q, ...) over them: "
+        "one decode kernel that writes the new rows into the caches as it reads them",
     )
 )

@@ -209,6 +209,13 @@ VARIANTS: dict[str, Variant] = {
         "kiln_rope_kv_update",
         "the rotated keys land in cache rows 0 .. T - 1 whatever pos is (their angles still use pos + t)",
     ),
+    "02_llama_kernels.append_reads_the_cache": Variant(
+        "kiln_llm/kernels/llama.cu",
+        [("min64(end, early ? p0 : last)", "min64(end, last)")],
+        {"wrong"},
+        "kiln_attention_append",
+        "attention_append reads the step's rows back from the caches, which it never writes: k_new and v_new unused",
+    ),
     # --- task 03 (the linear kernels), on the GPU
     "03_linear.gemv_k_tail_ignored": Variant(
         "kiln_llm/kernels/linear.cu",
@@ -351,6 +358,7 @@ BATCHES = [
         "03_linear.gemv_last_rows_unwritten",
     ],
     ["01_llama_ops.kv_update_at_zero", "02_llama_kernels.rope_kv_at_row_t", "03_linear.norm_sum_of_one_lane"],
+    ["02_llama_kernels.append_reads_the_cache"],
 ]
 SANITIZED: list[str] = []
 AT_BUILD: list[str] = []

@@ -35,7 +35,15 @@ Embedding and kv_update only move bits: exact.
 The fused forms (fusion.py folds RoPE into its readers) run on every case too: kiln_rope_kv_update
 (the new rows rotated at kv_pos .. kv_pos + T - 1 and written there: the kv_update reference of the
 rope reference, rows outside the cache skipped) and kiln_attention_rope (the attention reference of
-the rotated, rounded q), with the rope's tolerance and attention's.
+the rotated, rounded q), with the rope's tolerance and attention's. kiln_attention_append (the
+decode attention that takes the step's new keys and values and writes them into the caches itself)
+has its own check, `appends_in_the_attention`, as it is decode only: shapes like the decode cases
+(T 1 to 4, GQA groups 1 to 4, both layouts, Dh 32 to 128, pos 0, mid-cache and the last rows, a
+7B-shaped step with hundreds of keys over many splits), the cache rows at pos .. pos + T - 1 holding
+garbage before the call (a kernel that reads them back instead of k_new and v_new is far off), the
+output judged like attention_rope's, the key cache like rope's (the rotated keys at their rows,
+every other row as it was, which that tolerance holds to a unit in the last place) and the value
+cache exactly; T = 5 must be refused, leaving everything as it was.
 
 Run-time positions. `replays_in_a_cuda_graph` captures, for each path of attention, a kv_update of
 the new keys and values, a rope and an attention reading the updated cache into one CUDA graph
@@ -45,11 +53,12 @@ tensor and new data: a kernel that took pos by value, or read it on the host, ke
 
 from grader.child.context import RunContext
 from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, Float, In, InOut, Int, Out
-from grader.tasks.spec import Scalar, torch_dtype
+from grader.tasks.spec import Rng, Scalar, torch_dtype
 
 STREAM = Scalar("stream", "u64")
 DTYPES = ("f32", "f16", "bf16")
 EPS = 1e-5
+INVALID_VALUE = 1  # cudaErrorInvalidValue
 BASE = 10000.0
 GARBAGE_K = 4.0  # spread of the keys in the rows past the prefix (the real ones have 1)
 GARBAGE_V = 1000.0  # value of every element in the rows past the prefix
@@ -339,6 +348,108 @@ def entries() -> list[Entry]:
     return out
 
 
+# --- attention_append: the decode attention that writes the new rows itself ---------------------------
+
+# (t, pos, s, h, hkv, dh, layout): decode steps of every GQA group, both layouts, the cache's first
+# and last rows, and a 7B-shaped step whose few hundred keys spread over many splits
+APPEND_CASES = [
+    (1, 0, 16, 4, 2, 64, 0),
+    (1, 37, 64, 4, 2, 64, 1),
+    (1, 700, 1024, 8, 2, 128, 0),
+    (3, 130, 256, 4, 1, 128, 1),
+    (4, 5, 40, 6, 2, 64, 0),
+    (2, 61, 64, 8, 8, 64, 1),
+    (1, 90, 256, 4, 2, 32, 0),
+    (4, 252, 256, 8, 2, 32, 0),
+    (1, 600, 4096, 32, 32, 128, 0),
+    (2, 511, 1024, 32, 8, 128, 1),
+]
+
+
+def append_args(dt: str) -> list:
+    return [Out(f"attn_{dt}", dt), In(f"q_{dt}", dt), In(f"knew_{dt}", dt), In(f"vnew_{dt}", dt),
+            InOut(f"k_{dt}", dt), InOut(f"v_{dt}", dt), In("pos", "i64"), In("inv_freq", "f32"), Int("layout"),
+            Scalar("n_tokens", "i64"), Scalar("heads", "i64"), Scalar("kv_heads", "i64"), Scalar("dh", "i64"),
+            Scalar("cache_rows", "i64"), Float("scale"), STREAM]  # fmt: skip
+
+
+def append_inputs(rng, dt: str, t: int, pos: int, s: int, h: int, hkv: int, dh: int, layout: int) -> dict:
+    """The caches filled below pos, garbage from pos on (rows pos .. pos + T - 1 included: the kernel
+    must take them from k_new and v_new)."""
+    import torch
+
+    c = torch_dtype(dt)
+    k, v = rng.randn(s, hkv, dh), rng.randn(s, hkv, dh)
+    k[pos:] = GARBAGE_K * rng.randn(s - pos, hkv, dh)
+    v[pos:] = GARBAGE_V
+    return {
+        f"attn_{dt}": torch.full((t, h, dh), float("nan"), dtype=c, device="cuda"),
+        f"q_{dt}": rng.randn(t, h, dh).to(c),
+        f"knew_{dt}": rng.randn(t, hkv, dh).to(c),
+        f"vnew_{dt}": rng.randn(t, hkv, dh).to(c),
+        f"k_{dt}": k.to(c),
+        f"v_{dt}": v.to(c),
+        "pos": torch.tensor([pos], dtype=torch.int64, device="cuda"),
+        "inv_freq": inv_freq(dh, "cuda"),
+        "layout": layout,
+        "n_tokens": t,
+        "heads": h,
+        "kv_heads": hkv,
+        "dh": dh,
+        "cache_rows": s,
+        "scale": dh**-0.5,
+        "stream": torch.cuda.current_stream().cuda_stream,
+    }
+
+
+def appends_in_the_attention(ctx: RunContext) -> None:
+    """kiln_attention_append_<dt> = kiln_rope_kv_update of k_new, kiln_kv_update of v_new at pos,
+    then kiln_attention_rope over the caches; T = 5 refused."""
+    import torch
+
+    from grader.child.compare import judge
+    from grader.child.context import seed_for
+
+    rng = Rng(seed_for(ctx.task, "attention append"), "cuda")
+    for dt in DTYPES:
+        for t, pos, s, h, hkv, dh, layout in APPEND_CASES:
+            x = append_inputs(rng, dt, t, pos, s, h, hkv, dh, layout)
+            freqs = x["inv_freq"]
+            k_want = kv_update_ref(x[f"k_{dt}"], rope_ref(x[f"knew_{dt}"], pos, freqs, layout), pos)
+            v_want = kv_update_ref(x[f"v_{dt}"], x[f"vnew_{dt}"], pos)
+            q_rot = rope_ref(x[f"q_{dt}"], pos, freqs, layout)
+            want = attention_ref(q_rot, k_want, v_want, pos, dh**-0.5)
+            symbol = f"kiln_attention_append_{dt}"
+            where = f"{symbol} at T={t} pos={pos} S={s} H{h}/{hkv} dh{dh} {('half', 'interleaved')[layout]}"
+            torch.cuda.synchronize()  # the contract: the kernel before must not be the one writing pos or the caches
+            ctx.check_rc(symbol, ctx.entry(symbol, append_args(dt))(x), where)
+            torch.cuda.synchronize()
+            atol, rtol = TOLERANCE[dt]
+            for name, got, ref, tol in (
+                ("k cache", x[f"k_{dt}"], k_want, (atol, rtol)),  # rope's: sincosf against torch's cos, sin
+                ("v cache", x[f"v_{dt}"], v_want, (0.0, 0.0)),
+                ("out", x[f"attn_{dt}"], want, (atol, rtol)),
+            ):
+                report = judge(name, got, ref, *tol, None)
+                if report:
+                    ctx.fail(
+                        f"{where}: {report}. The new rows come from k_new (rotated at pos + t) and v_new, are "
+                        f"attended from there and stored at rows pos + t of the caches"
+                    )
+        # five queries are a prefill's: the prefill kernel reads every key from the cache
+        x = append_inputs(rng, dt, 5, 3, 16, 4, 2, 64, 0)
+        before = {n: x[n].clone() for n in (f"attn_{dt}", f"k_{dt}", f"v_{dt}")}
+        torch.cuda.synchronize()
+        rc = ctx.entry(f"kiln_attention_append_{dt}", append_args(dt))(x)
+        torch.cuda.synchronize()
+        same = all(torch.equal(x[n], b) or (b.isnan().all() and x[n].isnan().all()) for n, b in before.items())
+        if rc != INVALID_VALUE or not same:
+            ctx.fail(
+                f"kiln_attention_append_{dt} with T = 5 returned {rc} (left everything as it was: {same}): it is"
+                f" decode only (T <= 4), so it must return cudaErrorInvalidValue ({INVALID_VALUE}) before launching"
+            )
+
+
 # --- a CUDA graph replayed with new positions --------------------------------------------------------
 
 
@@ -415,7 +526,7 @@ TASK = CudaTask(
     cases=CASES,
     make_inputs=make_inputs,
     tolerance=TOLERANCE,
-    checks=[replays_in_a_cuda_graph],
+    checks=[replays_in_a_cuda_graph, appends_in_the_attention],
     timeout=300,
     rules=[NO_LIBRARIES],
 )

@@ -26,7 +26,11 @@ rmsnorm stays. On the CPU executor the fused layer agrees with the unfused one (
 the normalized row in float32: within 1e-5 in f32, one rounding of f16). A rope read only by a
 kv_update (as the value, at the same pos) becomes rope_kv_update, one read only by an attention (as
 q) attention_rope, at any T; a rope also read elsewhere, or read at another pos, stays. Those fused
-forms run the operators they stand for on the CPU: the same result, exactly.
+forms run the operators they stand for on the CPU: the same result, exactly. Then (find_appends) a
+decode attention (T <= 4) whose k is such a rope_kv_update and whose v a kv_update of two buffers,
+at its pos and in its layout, read by it alone, becomes attention_append: at T = 1 and 4, not at
+T = 5, nor when a cache write is also an output or the keys turn in another layout. On the CPU it
+computes the same output and leaves the same caches, exactly.
 
 The compilation cache (given code, checked with nvcc where there is one, GPU or not): two fused
 nodes of one structure, different names and shapes, compile once (a miss, then a hit, the same
@@ -397,8 +401,11 @@ def test_prologue_computes_what_the_layer_does(dtype):
         torch.testing.assert_close(g, w, **tol)
 
 
-def roped_attention(t: int = 2, also_read: bool = False, other_pos: bool = False):
-    """q and k rotated, k and v into their caches, attention: as one LLaMA layer has them."""
+def roped_attention(
+    t: int = 2, also_read: bool = False, other_pos: bool = False, k_layout: str = "half", cache_out: bool = False
+):
+    """q and k rotated, k and v into their caches, attention: as one LLaMA layer has them (but for
+    the keys' layout, which a model shares with the queries)."""
     s, h, hkv, dh = 8, 4, 2, 8
     b = builder("roped")
     q, k, v = b.input("q", (t, h, dh)), b.input("k", (t, hkv, dh)), b.input("v", (t, hkv, dh))
@@ -406,10 +413,10 @@ def roped_attention(t: int = 2, also_read: bool = False, other_pos: bool = False
     inv_freq = b.constant("inv_freq", 1.0 / 10000 ** (torch.arange(0, dh, 2).float() / dh))
     k_cache, v_cache = b.buffer("k_cache", (s, hkv, dh)), b.buffer("v_cache", (s, hkv, dh))
     rq = b.op("rope", q, pos, inv_freq, layout="interleaved")
-    rk = b.op("rope", k, pos2 if other_pos else pos, inv_freq, layout="half")
+    rk = b.op("rope", k, pos2 if other_pos else pos, inv_freq, layout=k_layout)
     kc, vc = b.op("kv_update", k_cache, rk, pos), b.op("kv_update", v_cache, v, pos)
     out = b.op("attention", rq, kc, vc, pos, scale=0.35)
-    b.output(*([out, rq] if also_read else [out]))
+    b.output(*([out, rq] if also_read else [out]), *([vc] if cache_out else []))
     inputs = {
         n: rand(shape, seed=i)
         for i, (n, shape) in enumerate([("q", (t, h, dh)), ("k", (t, hkv, dh)), ("v", (t, hkv, dh))])
@@ -433,6 +440,40 @@ def test_rope_goes_into_the_cache_write_and_the_attention():
     assert ops_of(fuse(graph))["rope"] == 1, "q's rope is an output too: it stays, and the attention reads it"
     graph, _ = roped_attention(other_pos=True)
     assert ops_of(fuse(graph))["rope"] == 1, "k turned at another pos than the cache row: not one operation"
+
+
+def run_cpu_state(graph, inputs):
+    """The outputs and the buffers (the caches) after one run on a fresh CPU executor."""
+    from kiln.cpu import CPUExecutor
+
+    ex = CPUExecutor(graph)
+    return ex.run(inputs), {name: t.clone() for name, t in ex.buffers.items()}
+
+
+@pytest.mark.points(1)
+def test_decode_cache_writes_go_into_the_attention():
+    from kiln_llm.fusion import APPEND_MAX_ROWS
+
+    for t in (1, APPEND_MAX_ROWS):
+        graph, inputs = roped_attention(t, k_layout="interleaved")
+        out = fuse(graph)
+        assert ops_of(out) == {"attention_append": 1}, f"T = {t}: {dict(ops_of(out))}"
+        (att,) = out.of_op("attention_append")
+        names = [i.name for i in att.inputs]
+        assert names == ["q", "k", "v", "k_cache", "v_cache", "pos", "inv_freq"], names
+        assert att.attrs == {"scale": 0.35, "layout": "interleaved"}
+        (got, *_), got_caches = run_cpu_state(out, inputs)
+        (want, *_), want_caches = run_cpu_state(graph, inputs)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        for name, cache in want_caches.items():
+            torch.testing.assert_close(got_caches[name], cache, rtol=0, atol=0, msg=f"T = {t}: {name} differs")
+    rope_forms = {"rope_kv_update": 1, "kv_update": 1, "attention_rope": 1}
+    graph, _ = roped_attention(APPEND_MAX_ROWS + 1, k_layout="interleaved")
+    assert ops_of(fuse(graph)) == rope_forms, "a prefill's attention reads the caches: their writes come first"
+    graph, _ = roped_attention(1, k_layout="interleaved", cache_out=True)
+    assert ops_of(fuse(graph)) == rope_forms, "the value cache's write is an output: it stays"
+    graph, _ = roped_attention(1)
+    assert ops_of(fuse(graph)) == rope_forms, "keys turned in another layout than the queries: two rotations"
 
 
 # --- the compilation cache (given code; needs nvcc, not a GPU) -----------------------------------------

@@ -5,7 +5,9 @@
 //            rotated() (one element of RoPE, for attention_rope's queries), and attention in two paths:
 //            decode (n_tokens <= DECODE_MAX_TOKENS): flash-decoding in one launch, the filled
 //            prefix split across blocks (attention_split_kernel: a partial max, sum and weighted
-//            sum per split), the last block of each head to finish merging them (merge_splits);
+//            sum per split, the run's new keys and values taken from k_new and v_new and written
+//            into the caches on the way for attention_append), the last block of each head to
+//            finish merging them (merge_splits);
 //            prefill: a fused flash-attention forward (attention_prefill_kernel: online softmax
 //            over key tiles staged in shared memory).
 // Contract:  kiln_llm/kernels/llm_kernels.h, for float, __half and __nv_bfloat16 (the _f32, _f16
@@ -342,6 +344,47 @@ __device__ void merge_splits(T* __restrict__ out, int64_t last, int64_t chunk, i
     // TODO(lab5/02) end
 }
 
+// KEYS rows of keys and values of one group of lanes, j0, j0 + GROUPS, ...: their raw bits (half the
+// registers of floats for f16 and bf16), zeros (0.0 in every type) for rows at or past `end`.
+template <typename T, int KEYS, int GROUPS>
+__device__ __forceinline__ void load_keys(uint4 (&kr)[KEYS], uint4 (&vr)[KEYS], const T* k_head, const T* v_head,
+                                          int64_t row_stride, int64_t j0, int64_t end) {
+#pragma unroll
+    for (int b = 0; b < KEYS; ++b) {
+        const int64_t j = j0 + b * GROUPS;
+        kr[b] = vr[b] = make_uint4(0, 0, 0, 0);
+        if (j < end) {
+            kr[b] = *reinterpret_cast<const uint4*>(k_head + j * row_stride);
+            vr[b] = *reinterpret_cast<const uint4*>(v_head + j * row_stride);
+        }
+    }
+}
+
+// One key j (kf) and its value (vf) into the running (m, l, acc) of every query that sees it (ok:
+// j is a key of this split at all). Every lane of the warp calls it: the group's score is a shuffle sum.
+template <int NT, int V, int LANES>
+__device__ __forceinline__ void score_key(const float (&qv)[NT][V], const float (&kf)[V], const float (&vf)[V], bool ok,
+                                          int64_t j, int64_t p0, int n_tokens, float (&m)[NT], float (&l)[NT],
+                                          float (&acc)[NT][V]) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        if (t >= n_tokens) break;
+        float s = 0.0f;
+#pragma unroll
+        for (int e = 0; e < V; ++e) s += qv[t][e] * kf[e];
+#pragma unroll
+        for (int off = LANES / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (ok && j <= p0 + t) {  // causal: query t sits at position pos + t
+            const float mn = fmaxf(m[t], s);
+            const float a = rescale(m[t], mn), p = exp2f(s - mn);
+            l[t] = l[t] * a + p;
+#pragma unroll
+            for (int e = 0; e < V; ++e) acc[t][e] = acc[t][e] * a + p * vf[e];
+            m[t] = mn;
+        }
+    }
+}
+
 // q (n_tokens, heads, DH), k and v (cache_rows, kv_heads, DH) -> the partials of block (split, h),
 // and from the head's last block to finish, out (n_tokens, heads, DH).
 // A group of LANES = DH / VEC<T> consecutive threads works on one key at a time (each thread one
@@ -349,15 +392,18 @@ __device__ void merge_splits(T* __restrict__ out, int64_t last, int64_t chunk, i
 // every GROUPS-th key of the split, each with its own running (m, l, acc) per query, merged at the end.
 // NT is the most queries the instantiation takes, n_tokens <= NT: 1 for a decode step proper, whose
 // sums then need a quarter of the registers (more blocks per SM), DECODE_MAX_TOKENS for the rest.
+// attention_append (k_new and v_new given): the keys and values of positions pos .. pos + n_tokens - 1
+// are this run's k_new and v_new (n_tokens, kv_heads, DH), not cache rows: the split that owns such a
+// row reads it from there (the key rotated by rotated() when inv_freq is given, as rope_kv_update
+// would store it), and the block of the kv head's first query head writes both into the caches. No
+// block of this launch reads those cache rows, so the writes race with nothing; the next run reads them.
 template <typename T, int DH, int NT>
 __global__ void __launch_bounds__(DECODE_THREADS, NT == 1 ? 6 : 1)
     attention_split_kernel(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                           const int64_t* __restrict__ pos, const float* __restrict__ inv_freq, int layout,
+                           const T* __restrict__ k_new, const T* __restrict__ v_new, const int64_t* __restrict__ pos, const float* __restrict__ inv_freq, int layout,
                            int n_tokens, int heads, int kv_heads, int64_t cache_rows, int64_t min_chunk, int n_splits,
                            float scale_log2) {
-    wait_for_previous();
-    start_next();
-    // TODO(lab5/02) begin: the keys of this split, [split * chunk, + chunk) with chunk = run_chunk(last, n_splits, min_chunk), cut at last = min(pos + n_tokens, cache_rows) (return at once when the split starts past it, after split 0 has written zeros through merge_splits if last <= 0); each group walks its keys, KEYS of them loaded before the first is scored, (every thread of the block the same number of steps: the shuffles need the whole warp), with q turned by rotated() when inv_freq is given (attention_rope); the score of every query t by a dot of 16-byte vectors and a shuffle sum inside the group, masked to keys <= pos + t, the online softmax update; then merge the groups (shuffles inside a warp, shared memory across warps) and write m, l and acc of every query to the scratch at ((h * n_splits + split) * n_tokens + t); last, the arrival: __threadfence(), one thread counts the block in g_arrived[h] (atomicAdd), and the block that finds every other working split already counted puts the count back to 0 and runs merge_splits; see the chapter's section "Flash-decoding"; about 85 lines.
+    // TODO(lab5/02) begin: first wait_for_previous() and start_next() (attention_append: after loading its first step of cache rows, which lie below pos, see llm_kernels.h); the keys of this split, [split * chunk, + chunk) with chunk = run_chunk(last, n_splits, min_chunk), cut at last = min(pos + n_tokens, cache_rows) (return at once when the split starts past it, after split 0 has written zeros through merge_splits if last <= 0); each group walks its keys, KEYS of them loaded before the first is scored, (every thread of the block the same number of steps: the shuffles need the whole warp), with q turned by rotated() when inv_freq is given (attention_rope); with k_new (attention_append), rows j >= pos come from k_new and v_new at row j - pos instead of the cache, the key turned by rotated() at position j, and the kv head's first query head (h % (heads / kv_heads) == 0) writes both into the cache rows j; the score of every query t by a dot of 16-byte vectors and a shuffle sum inside the group, masked to keys <= pos + t, the online softmax update; then merge the groups (shuffles inside a warp, shared memory across warps) and write m, l and acc of every query to the scratch at ((h * n_splits + split) * n_tokens + t); last, the arrival: __threadfence(), one thread counts the block in g_arrived[h] (atomicAdd), and the block that finds every other working split already counted puts the count back to 0 and runs merge_splits; see the chapter's section "Flash-decoding"; about 85 lines.
     // TODO(lab5/02) end
 }
 
@@ -388,10 +434,17 @@ struct QueryRope {
     int layout;
 };
 
+// What attention_append adds: this run's keys and values, written into the caches by the kernel
+// (null: plain attention, the caches already hold them).
+struct NewRows {
+    const void* k;
+    const void* v;
+};
+
 template <typename T, int DH>
 static cudaError_t attention_dh(T* out, const T* q, const T* k, const T* v, const int64_t* pos, QueryRope rope,
-                                int64_t n_tokens, int64_t heads, int64_t kv_heads, int64_t cache_rows, float scale,
-                                cudaStream_t stream) {
+                                NewRows fresh, int64_t n_tokens, int64_t heads, int64_t kv_heads, int64_t cache_rows,
+                                float scale, cudaStream_t stream) {
     const float scale_log2 = scale * LOG2E;
     const int64_t rows_per_split = heads * n_tokens;  // partial rows one split of every head fills
     if (n_tokens <= DECODE_MAX_TOKENS && rows_per_split <= SCRATCH_ROWS) {
@@ -407,11 +460,13 @@ static cudaError_t attention_dh(T* out, const T* q, const T* k, const T* v, cons
         // one query (decode proper) keeps a quarter of the registers: more blocks fit an SM
         auto* split_kernel =
             n_tokens == 1 ? attention_split_kernel<T, DH, 1> : attention_split_kernel<T, DH, DECODE_MAX_TOKENS>;
-        launch_chained(split_kernel, grid, dim3(DECODE_THREADS), stream, out, q, k, v, pos, rope.inv_freq, rope.layout,
+        launch_chained(split_kernel, grid, dim3(DECODE_THREADS), stream, out, q, k, v, static_cast<const T*>(fresh.k),
+                       static_cast<const T*>(fresh.v), pos, rope.inv_freq, rope.layout,
                        static_cast<int>(n_tokens), static_cast<int>(heads), static_cast<int>(kv_heads), cache_rows,
                        chunk, static_cast<int>(splits), scale_log2);
         return cudaGetLastError();
     }
+    if (fresh.k != nullptr) return cudaErrorInvalidValue;  // the prefill kernel reads every key from the cache
     const int64_t tiles = (n_tokens + BQ - 1) / BQ;
     if (tiles > 0x7fffffff || heads > 65535) return cudaErrorInvalidValue;
     const dim3 grid(static_cast<unsigned int>(tiles), static_cast<unsigned int>(heads));
@@ -424,16 +479,22 @@ static cudaError_t attention_dh(T* out, const T* q, const T* k, const T* v, cons
 template <typename T>
 static cudaError_t attention(T* out, const T* q, const T* k, const T* v, const int64_t* pos, QueryRope rope,
                              int64_t n_tokens, int64_t heads, int64_t kv_heads, int64_t dh, int64_t cache_rows,
-                             float scale, cudaStream_t stream) {
+                             float scale, cudaStream_t stream, NewRows fresh = NewRows{nullptr, nullptr}) {
     if (n_tokens < 1 || heads < 1 || kv_heads < 1 || heads % kv_heads != 0 || cache_rows < 1) {
         return cudaErrorInvalidValue;
     }
     if (rope.inv_freq != nullptr && rope.layout != 0 && rope.layout != 1) return cudaErrorInvalidValue;
     if (!aligned16(q) || !aligned16(k) || !aligned16(v)) return cudaErrorInvalidValue;  // 16-byte vector loads
-    if (dh == 32) return attention_dh<T, 32>(out, q, k, v, pos, rope, n_tokens, heads, kv_heads, cache_rows, scale, stream);
-    if (dh == 64) return attention_dh<T, 64>(out, q, k, v, pos, rope, n_tokens, heads, kv_heads, cache_rows, scale, stream);
+    if ((fresh.k == nullptr) != (fresh.v == nullptr) || !aligned16(fresh.v)) return cudaErrorInvalidValue;
+    if (dh == 32) {
+        return attention_dh<T, 32>(out, q, k, v, pos, rope, fresh, n_tokens, heads, kv_heads, cache_rows, scale, stream);
+    }
+    if (dh == 64) {
+        return attention_dh<T, 64>(out, q, k, v, pos, rope, fresh, n_tokens, heads, kv_heads, cache_rows, scale, stream);
+    }
     if (dh == 128) {
-        return attention_dh<T, 128>(out, q, k, v, pos, rope, n_tokens, heads, kv_heads, cache_rows, scale, stream);
+        return attention_dh<T, 128>(out, q, k, v, pos, rope, fresh, n_tokens, heads, kv_heads, cache_rows, scale,
+                                    stream);
     }
     return cudaErrorInvalidValue;
 }
@@ -477,6 +538,14 @@ static cudaError_t attention(T* out, const T* q, const T* k, const T* v, const i
         if (inv_freq == nullptr) return cudaErrorInvalidValue;                                                       \
         return attention<T>(out, q, k, v, pos, QueryRope{inv_freq, layout}, n_tokens, heads, kv_heads, dh,          \
                             cache_rows, scale, stream);                                                              \
+    }                                                                                                                \
+    COURSE_API cudaError_t kiln_attention_append_##SUFFIX(                                                          \
+        T* out, const T* q, const T* k_new, const T* v_new, T* k, T* v, const int64_t* pos, const float* inv_freq,  \
+        int layout, int64_t n_tokens, int64_t heads, int64_t kv_heads, int64_t dh, int64_t cache_rows, float scale, \
+        cudaStream_t stream) {                                                                                       \
+        if (inv_freq == nullptr || k_new == nullptr || v_new == nullptr) return cudaErrorInvalidValue;              \
+        return attention<T>(out, q, k, v, pos, QueryRope{inv_freq, layout}, n_tokens, heads, kv_heads, dh,          \
+                            cache_rows, scale, stream, NewRows{k_new, v_new});                                       \
     }
 
 KILN_LLM_DEFINE(f32, float)

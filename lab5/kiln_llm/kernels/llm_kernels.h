@@ -33,10 +33,12 @@
 // first grid, then launch and ramp up the next. Launched by launch_chained(), a kernel may start
 // while the one before it on the stream is still finishing: its blocks take the SMs that grid
 // leaves free and wait there. In exchange every such kernel keeps one rule:
-//   wait_for_previous() comes before the first read of anything an earlier kernel wrote and before
-//   the first write to memory at all (the kernel before may still be reading it); it returns once
-//   that kernel has finished and its writes are visible. Reading what no kernel writes during a
-//   run (the weights) may come before it: that is the overlap.
+//   wait_for_previous() comes before the first read of anything the kernel before it on the stream
+//   may write and before the first write to memory at all (that kernel may still be reading it); it
+//   returns once that kernel has finished and its writes are visible. Kernels further back have
+//   finished before this one starts (each calls start_next() only after its own wait), so reading
+//   what they alone wrote, or what no kernel writes (the weights), may come before it: that is the
+//   overlap.
 // start_next() lets the next chained kernel be scheduled (it, too, waits before touching data);
 // without it the next one starts only as this one's blocks exit. On cards before sm_90 both are
 // no-ops and the launch is an ordinary one.
@@ -98,6 +100,14 @@ static cudaError_t launch_chained(void (*kernel)(Params...), dim3 grid, dim3 blo
 //   rows t: kiln_kv_update of the rotated keys, rows outside [0, S) skipped. cache_rows >= 0.
 // kiln_attention_rope_<t>(out, q, k, v, pos, inv_freq, layout, n_tokens, heads, kv_heads, dh, cache_rows, scale)
 //   kiln_attention of kiln_rope(q): each query is rotated (and rounded to T) as it is loaded.
+// kiln_attention_append_<t>(out, q, k_new, v_new, k, v, pos, inv_freq, layout, n_tokens, heads, kv_heads, dh,
+//                          cache_rows, scale)
+//   kiln_rope_kv_update of k_new into the cache k, kiln_kv_update of v_new (T, Hkv, Dh) into v, then
+//   kiln_attention_rope over them, in one launch: the split that owns a new row takes it from k_new
+//   and v_new and stores it on the way. Decode only: n_tokens <= 4, else cudaErrorInvalidValue.
+//   It reads pos and the cache rows below it before waiting for the kernel launched just before it
+//   (launch_chained): that kernel must not write them (in kiln's decode step it is the v projection,
+//   and those rows were written by earlier runs).
 //
 // ---- task 03 (linear.cu) -----------------------------------------------------------------------------
 //
@@ -136,6 +146,10 @@ static cudaError_t launch_chained(void (*kernel)(Params...), dim3 grid, dim3 blo
                                                         int64_t n_tokens, int64_t heads, int64_t kv_heads,       \
                                                         int64_t dh, int64_t cache_rows, float scale,             \
                                                         cudaStream_t stream);                                    \
+    COURSE_API cudaError_t kiln_attention_append_##SUFFIX(                                                      \
+        T* out, const T* q, const T* k_new, const T* v_new, T* k, T* v, const int64_t* pos, const float* inv_freq, \
+        int layout, int64_t n_tokens, int64_t heads, int64_t kv_heads, int64_t dh, int64_t cache_rows, float scale, \
+        cudaStream_t stream);                                                                                    \
     COURSE_API cudaError_t kiln_linear_##SUFFIX(int epilogue, T* out, const T* x, const T* w, const T* extra,     \
                                                 int64_t m, int64_t n, int64_t k, cudaStream_t stream);           \
     COURSE_API cudaError_t kiln_rmsnorm_linear_##SUFFIX(int epilogue, T* out, const T* x, const T* norm_w,      \

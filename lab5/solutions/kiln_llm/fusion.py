@@ -7,7 +7,7 @@ Implement: `find_epilogues` (the two matmul epilogue patterns), `grow_chain` (a 
 Contract:  `fuse(graph, chains=True, epilogues=True, prologues=True)` (given) returns a NEW graph
            and leaves its argument as it was. The new graph has the same inputs, constants,
            buffers and outputs (by position); a replaced node's replacement keeps its name.
-           Three rewrites, in order (the second, `find_prologues`, is given):
+           Four rewrites, in order (the second and third, `find_prologues` and `find_appends`, are given):
            epilogues: `add(linear(x, w), r)` (either operand order, r of the linear's type) ->
              `linear_add(x, w, r)`; `mul(silu(linear(x, w1)), linear(x, w3))` (either order,
              one x) -> `linear_swiglu(x, w1, w3)`; a node swallowed by a pattern is read by that
@@ -17,6 +17,9 @@ Contract:  `fuse(graph, chains=True, epilogues=True, prologues=True)` (given) re
              `rmsnorm_linear_swiglu(x, g, w1, w3)`) and the rmsnorm disappears; a rope read only
              by a kv_update (as its value) or an attention (as its q) at the same pos ->
              `rope_kv_update(cache, x, pos, inv_freq)` or `attention_rope(x, k, v, pos, inv_freq)`.
+           appends (given): an attention_rope of at most APPEND_MAX_ROWS queries whose k is a
+             rope_kv_update and whose v is a kv_update of two buffers at its pos, read by it alone
+             -> `attention_append(q, k_new, v_new, cache_k, cache_v, pos, inv_freq)`.
            chains: every float pointwise node (add, mul, relu, silu) ends up inside exactly one
              `fused` node. A group holds a root and, recursively, the pointwise inputs of its
              members that are read only by members and are not graph outputs: the largest such
@@ -43,14 +46,18 @@ Replacement = tuple[str, tuple[Node, ...], dict]
 # MAX_GEMV_M). A prefill's GEMM is bound by arithmetic, where one RMSNorm kernel more is noise.
 PROLOGUE_MAX_ROWS = 8
 PROLOGUES = {"linear": "rmsnorm_linear", "linear_swiglu": "rmsnorm_linear_swiglu"}
+# The most queries attention_append takes: the decode path's (kernels/llama.cu, DECODE_MAX_TOKENS).
+# The prefill kernel reads every key from the cache, so its cache writes must come first.
+APPEND_MAX_ROWS = 4
 
 
 def fuse(graph: Graph, *, chains: bool = True, epilogues: bool = True, prologues: bool = True) -> Graph:
     """The graph with its epilogues folded into the matmuls, its decode RMSNorms into the linears
-    that read them, its RoPEs into the cache write and the attention that read them, and its
-    pointwise nodes fused (given)."""
+    that read them, its RoPEs into the cache write and the attention that read them, a decode
+    step's cache writes into its attention, and its pointwise nodes fused (given)."""
     out = rewrite(graph, *find_epilogues(graph)) if epilogues else graph
     out = rewrite(out, *find_prologues(out)) if prologues else out
+    out = rewrite(out, *find_appends(out)) if prologues else out
     out = rewrite(out, *find_chains(out, chains=chains))  # a new graph in any case: the caller's to keep
     check_graph(out)
     return out
@@ -168,6 +175,38 @@ def find_prologues(graph: Graph) -> tuple[dict[Node, Replacement], set[Node]]:
         else:
             continue
         absorbed.add(rope)
+    return replace, absorbed
+
+
+def find_appends(graph: Graph) -> tuple[dict[Node, Replacement], set[Node]]:
+    """The decode attentions that can write the new cache rows themselves (given).
+
+    attention_rope(q, kc, vc, pos, inv_freq) of at most APPEND_MAX_ROWS queries, where kc is
+    rope_kv_update(cache_k, k, pos, inv_freq) and vc is kv_update(cache_v, v, pos) at the same pos
+    and frequencies, each read by this attention alone, and cache_k and cache_v are buffers (state
+    that outlives the run, so writing it in place hides nothing from the planner): the attention
+    becomes attention_append(q, k, v, cache_k, cache_v, pos, inv_freq) and the two writes
+    disappear. Two launches fewer per layer; the kernel takes the new rows from k and v, and stores
+    them, instead of reading them back from the caches.
+    """
+    users = graph.users()
+    outputs = {id(o) for o in graph.outputs}
+    replace: dict[Node, Replacement] = {}
+    absorbed: set[Node] = set()
+    for att in graph.of_op("attention_rope"):
+        q, kc, vc, pos, inv_freq = att.inputs
+        if q.type.shape[0] > APPEND_MAX_ROWS or kc.op != "rope_kv_update" or vc.op != "kv_update":
+            continue
+        cache_k, k, k_pos, k_freq = kc.inputs
+        cache_v, v, v_pos = vc.inputs
+        if (k_pos, k_freq, v_pos) != (pos, inv_freq, pos) or kc.attrs["layout"] != att.attrs["layout"]:
+            continue
+        if cache_k.op != "buffer" or cache_v.op != "buffer" or cache_k is cache_v:
+            continue
+        if any(id(n) in outputs or users[n] != [att] for n in (kc, vc)):
+            continue
+        replace[att] = ("attention_append", (q, k, v, cache_k, cache_v, pos, inv_freq), dict(att.attrs))
+        absorbed |= {kc, vc}
     return replace, absorbed
 
 

@@ -5,7 +5,9 @@
 //            rotated() (one element of RoPE, for attention_rope's queries), and attention in two paths:
 //            decode (n_tokens <= DECODE_MAX_TOKENS): flash-decoding in one launch, the filled
 //            prefix split across blocks (attention_split_kernel: a partial max, sum and weighted
-//            sum per split), the last block of each head to finish merging them (merge_splits);
+//            sum per split, the run's new keys and values taken from k_new and v_new and written
+//            into the caches on the way for attention_append), the last block of each head to
+//            finish merging them (merge_splits);
 //            prefill: a fused flash-attention forward (attention_prefill_kernel: online softmax
 //            over key tiles staged in shared memory).
 // Contract:  kiln_llm/kernels/llm_kernels.h, for float, __half and __nv_bfloat16 (the _f32, _f16
@@ -451,6 +453,47 @@ __device__ void merge_splits(T* __restrict__ out, int64_t last, int64_t chunk, i
     // TODO(lab5/02) end
 }
 
+// KEYS rows of keys and values of one group of lanes, j0, j0 + GROUPS, ...: their raw bits (half the
+// registers of floats for f16 and bf16), zeros (0.0 in every type) for rows at or past `end`.
+template <typename T, int KEYS, int GROUPS>
+__device__ __forceinline__ void load_keys(uint4 (&kr)[KEYS], uint4 (&vr)[KEYS], const T* k_head, const T* v_head,
+                                          int64_t row_stride, int64_t j0, int64_t end) {
+#pragma unroll
+    for (int b = 0; b < KEYS; ++b) {
+        const int64_t j = j0 + b * GROUPS;
+        kr[b] = vr[b] = make_uint4(0, 0, 0, 0);
+        if (j < end) {
+            kr[b] = *reinterpret_cast<const uint4*>(k_head + j * row_stride);
+            vr[b] = *reinterpret_cast<const uint4*>(v_head + j * row_stride);
+        }
+    }
+}
+
+// One key j (kf) and its value (vf) into the running (m, l, acc) of every query that sees it (ok:
+// j is a key of this split at all). Every lane of the warp calls it: the group's score is a shuffle sum.
+template <int NT, int V, int LANES>
+__device__ __forceinline__ void score_key(const float (&qv)[NT][V], const float (&kf)[V], const float (&vf)[V], bool ok,
+                                          int64_t j, int64_t p0, int n_tokens, float (&m)[NT], float (&l)[NT],
+                                          float (&acc)[NT][V]) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        if (t >= n_tokens) break;
+        float s = 0.0f;
+#pragma unroll
+        for (int e = 0; e < V; ++e) s += qv[t][e] * kf[e];
+#pragma unroll
+        for (int off = LANES / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (ok && j <= p0 + t) {  // causal: query t sits at position pos + t
+            const float mn = fmaxf(m[t], s);
+            const float a = rescale(m[t], mn), p = exp2f(s - mn);
+            l[t] = l[t] * a + p;
+#pragma unroll
+            for (int e = 0; e < V; ++e) acc[t][e] = acc[t][e] * a + p * vf[e];
+            m[t] = mn;
+        }
+    }
+}
+
 // q (n_tokens, heads, DH), k and v (cache_rows, kv_heads, DH) -> the partials of block (split, h),
 // and from the head's last block to finish, out (n_tokens, heads, DH).
 // A group of LANES = DH / VEC<T> consecutive threads works on one key at a time (each thread one
@@ -458,15 +501,18 @@ __device__ void merge_splits(T* __restrict__ out, int64_t last, int64_t chunk, i
 // every GROUPS-th key of the split, each with its own running (m, l, acc) per query, merged at the end.
 // NT is the most queries the instantiation takes, n_tokens <= NT: 1 for a decode step proper, whose
 // sums then need a quarter of the registers (more blocks per SM), DECODE_MAX_TOKENS for the rest.
+// attention_append (k_new and v_new given): the keys and values of positions pos .. pos + n_tokens - 1
+// are this run's k_new and v_new (n_tokens, kv_heads, DH), not cache rows: the split that owns such a
+// row reads it from there (the key rotated by rotated() when inv_freq is given, as rope_kv_update
+// would store it), and the block of the kv head's first query head writes both into the caches. No
+// block of this launch reads those cache rows, so the writes race with nothing; the next run reads them.
 template <typename T, int DH, int NT>
 __global__ void __launch_bounds__(DECODE_THREADS, NT == 1 ? 6 : 1)
     attention_split_kernel(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                           const int64_t* __restrict__ pos, const float* __restrict__ inv_freq, int layout,
+                           const T* __restrict__ k_new, const T* __restrict__ v_new, const int64_t* __restrict__ pos, const float* __restrict__ inv_freq, int layout,
                            int n_tokens, int heads, int kv_heads, int64_t cache_rows, int64_t min_chunk, int n_splits,
                            float scale_log2) {
-    wait_for_previous();
-    start_next();
-    // TODO(lab5/02) begin: the keys of this split, [split * chunk, + chunk) with chunk = run_chunk(last, n_splits, min_chunk), cut at last = min(pos + n_tokens, cache_rows) (return at once when the split starts past it, after split 0 has written zeros through merge_splits if last <= 0); each group walks its keys, KEYS of them loaded before the first is scored, (every thread of the block the same number of steps: the shuffles need the whole warp), with q turned by rotated() when inv_freq is given (attention_rope); the score of every query t by a dot of 16-byte vectors and a shuffle sum inside the group, masked to keys <= pos + t, the online softmax update; then merge the groups (shuffles inside a warp, shared memory across warps) and write m, l and acc of every query to the scratch at ((h * n_splits + split) * n_tokens + t); last, the arrival: __threadfence(), one thread counts the block in g_arrived[h] (atomicAdd), and the block that finds every other working split already counted puts the count back to 0 and runs merge_splits; see the chapter's section "Flash-decoding"; about 85 lines.
+    // TODO(lab5/02) begin: first wait_for_previous() and start_next() (attention_append: after loading its first step of cache rows, which lie below pos, see llm_kernels.h); the keys of this split, [split * chunk, + chunk) with chunk = run_chunk(last, n_splits, min_chunk), cut at last = min(pos + n_tokens, cache_rows) (return at once when the split starts past it, after split 0 has written zeros through merge_splits if last <= 0); each group walks its keys, KEYS of them loaded before the first is scored, (every thread of the block the same number of steps: the shuffles need the whole warp), with q turned by rotated() when inv_freq is given (attention_rope); with k_new (attention_append), rows j >= pos come from k_new and v_new at row j - pos instead of the cache, the key turned by rotated() at position j, and the kv head's first query head (h % (heads / kv_heads) == 0) writes both into the cache rows j; the score of every query t by a dot of 16-byte vectors and a shuffle sum inside the group, masked to keys <= pos + t, the online softmax update; then merge the groups (shuffles inside a warp, shared memory across warps) and write m, l and acc of every query to the scratch at ((h * n_splits + split) * n_tokens + t); last, the arrival: __threadfence(), one thread counts the block in g_arrived[h] (atomicAdd), and the block that finds every other working split already counted puts the count back to 0 and runs merge_splits; see the chapter's section "Flash-decoding"; about 85 lines.
     constexpr int V = VEC<T>;
     constexpr int LANES = DH / V;  // f16/bf16: 16, 8 or 4 (dh 128, 64, 32); f32: 32, 16 or 8
     constexpr int GROUPS = DECODE_THREADS / LANES;
@@ -474,6 +520,14 @@ __global__ void __launch_bounds__(DECODE_THREADS, NT == 1 ? 6 : 1)
     static_assert(LANES <= 32 && 32 % LANES == 0, "a group of lanes lies inside one warp");
     __shared__ float s_m[WARPS][NT], s_l[WARPS][NT];
     __shared__ float s_acc[WARPS][NT][DH];
+    // attention_append reads pos and the cache rows below it before waiting for the kernel before (a
+    // decode step's v projection): no kernel of this run writes them (the header's contract), so the
+    // first keys are on their way while that kernel's last blocks finish. The others wait first.
+    const bool early = k_new != nullptr;
+    if (!early) {
+        wait_for_previous();
+        start_next();
+    }
     const int split = blockIdx.x, h = blockIdx.y;
     const int kvh = h / (heads / kv_heads);
     const int64_t p0 = pos[0];
@@ -482,12 +536,29 @@ __global__ void __launch_bounds__(DECODE_THREADS, NT == 1 ? 6 : 1)
     const int64_t begin = split * chunk;
     if (begin >= last) {  // the same for the whole block: an idle split of a short prefix
         // no keys at all (pos <= -n_tokens): no split writes partials, so split 0 writes the zeros
-        if (last <= 0 && split == 0) merge_splits<T, DH>(out, 0, chunk, n_tokens, heads, h, n_splits);
+        if (last <= 0 && split == 0) {
+            if (early) wait_for_previous();
+            merge_splits<T, DH>(out, 0, chunk, n_tokens, heads, h, n_splits);
+        }
         return;
     }
     const int64_t end = min64(begin + chunk, last);
     const int lane = threadIdx.x % LANES, group = threadIdx.x / LANES;
     const int warp = threadIdx.x / 32;
+    const int64_t row_stride = static_cast<int64_t>(kv_heads) * DH;
+    const T* k_head = k + static_cast<int64_t>(kvh) * DH + lane * V;
+    const T* v_head = v + static_cast<int64_t>(kvh) * DH + lane * V;
+    // attention_append: cache rows from p0 on are this run's, in k_new and v_new (rows j - p0)
+    const int64_t cached_end = min64(end, early ? p0 : last), fresh_begin = max64(begin, cached_end);
+    // KEYS keys per group per step, all loaded before the first is scored: a split is a few dozen
+    // keys, and one round trip to memory for all of them beats one per key. The first step's
+    // loads are issued here, the next step's at the end of each step.
+    uint4 kr[KEYS], vr[KEYS];  // raw bits: half the registers of floats for f16 and bf16
+    load_keys<T, KEYS, GROUPS>(kr, vr, k_head, v_head, row_stride, begin + group, cached_end);
+    if (early) {
+        wait_for_previous();
+        start_next();
+    }
 
     float qv[NT][V];
     float m[NT], l[NT], acc[NT][V];
@@ -511,46 +582,49 @@ __global__ void __launch_bounds__(DECODE_THREADS, NT == 1 ? 6 : 1)
             for (int e = 0; e < V; ++e) qv[t][e] *= scale_log2;
         }
     }
-    const int64_t row_stride = static_cast<int64_t>(kv_heads) * DH;
-    const T* k_head = k + static_cast<int64_t>(kvh) * DH + lane * V;
-    const T* v_head = v + static_cast<int64_t>(kvh) * DH + lane * V;
-    // KEYS keys per group per step, all loaded before the first is scored: a split is a few dozen
-    // keys, and one round trip to memory for all of them beats one per key
-    for (int64_t base = begin; base < end; base += GROUPS * KEYS) {  // uniform: every warp takes every step
-        uint4 kr[KEYS], vr[KEYS];  // raw bits: half the registers of floats for f16 and bf16
-#pragma unroll
-        for (int b = 0; b < KEYS; ++b) {
-            const int64_t j = base + b * GROUPS + group;
-            kr[b] = vr[b] = make_uint4(0, 0, 0, 0);  // zero bits are 0.0 in every type
-            if (j < end) {
-                kr[b] = *reinterpret_cast<const uint4*>(k_head + j * row_stride);
-                vr[b] = *reinterpret_cast<const uint4*>(v_head + j * row_stride);
+    // attention_append: the rows from pos on (n_tokens at most, usually one) are this run's k_new and
+    // v_new. The block turns the keys it owns once, into shared memory (the scoring loop below then
+    // holds no RoPE), and the kv head's first query head stores them, and the values, in the caches.
+    const bool writer = h % (heads / kv_heads) == 0;
+    __shared__ float s_knew[DECODE_MAX_TOKENS][DH];
+    if (fresh_begin < end) {  // the same for the whole block
+        for (int i = threadIdx.x; i < (end - fresh_begin) * DH; i += DECODE_THREADS) {
+            const int r = i / DH, d = i % DH;
+            const int64_t j = fresh_begin + r, at = (j - p0) * row_stride + static_cast<int64_t>(kvh) * DH + d;
+            const float kv = inv_freq == nullptr ? to_f(k_new[at])
+                                                 : rotated(k_new + at - d, d, DH, static_cast<float>(j), inv_freq, layout);
+            s_knew[r][d] = kv;  // rounded to T already, as rope_kv_update stores it
+            if (writer) {
+                const int64_t to = j * row_stride + static_cast<int64_t>(kvh) * DH + d;
+                const_cast<T*>(k)[to] = from_f<T>(kv);
+                const_cast<T*>(v)[to] = v_new[at];
             }
         }
+        __syncthreads();
+    }
+    for (int64_t base = begin; base < cached_end; base += GROUPS * KEYS) {  // uniform: every warp takes every step
 #pragma unroll
         for (int b = 0; b < KEYS; ++b) {
             const int64_t j = base + b * GROUPS + group;
             float kf[V], vf[V];
             unpack_vec<T>(kr[b], kf);
             unpack_vec<T>(vr[b], vf);
-#pragma unroll
-            for (int t = 0; t < NT; ++t) {
-                if (t >= n_tokens) break;
-                float s = 0.0f;
-#pragma unroll
-                for (int e = 0; e < V; ++e) s += qv[t][e] * kf[e];
-#pragma unroll
-                for (int off = LANES / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
-                if (j < end && j <= p0 + t) {  // causal: query t sits at position pos + t
-                    const float mn = fmaxf(m[t], s);
-                    const float a = rescale(m[t], mn), p = exp2f(s - mn);
-                    l[t] = l[t] * a + p;
-#pragma unroll
-                    for (int e = 0; e < V; ++e) acc[t][e] = acc[t][e] * a + p * vf[e];
-                    m[t] = mn;
-                }
-            }
+            score_key<NT, V, LANES>(qv, kf, vf, j < cached_end, j, p0, n_tokens, m, l, acc);
         }
+        load_keys<T, KEYS, GROUPS>(kr, vr, k_head, v_head, row_stride, base + GROUPS * KEYS + group, cached_end);
+    }
+    for (int64_t base = fresh_begin; base < end; base += GROUPS) {  // uniform, as above
+        const int64_t j = base + group;
+        float kf[V], vf[V];
+#pragma unroll
+        for (int e = 0; e < V; ++e) kf[e] = vf[e] = 0.0f;
+        if (j < end) {
+            const int64_t at = (j - p0) * row_stride + static_cast<int64_t>(kvh) * DH + lane * V;
+            unpack_vec<T>(*reinterpret_cast<const uint4*>(v_new + at), vf);
+#pragma unroll
+            for (int e = 0; e < V; ++e) kf[e] = s_knew[j - fresh_begin][lane * V + e];
+        }
+        score_key<NT, V, LANES>(qv, kf, vf, j < end, j, p0, n_tokens, m, l, acc);
     }
     // merge the groups of a warp: lane i of a group meets lane i of the others (same elements)
 #pragma unroll
@@ -728,10 +802,17 @@ struct QueryRope {
     int layout;
 };
 
+// What attention_append adds: this run's keys and values, written into the caches by the kernel
+// (null: plain attention, the caches already hold them).
+struct NewRows {
+    const void* k;
+    const void* v;
+};
+
 template <typename T, int DH>
 static cudaError_t attention_dh(T* out, const T* q, const T* k, const T* v, const int64_t* pos, QueryRope rope,
-                                int64_t n_tokens, int64_t heads, int64_t kv_heads, int64_t cache_rows, float scale,
-                                cudaStream_t stream) {
+                                NewRows fresh, int64_t n_tokens, int64_t heads, int64_t kv_heads, int64_t cache_rows,
+                                float scale, cudaStream_t stream) {
     const float scale_log2 = scale * LOG2E;
     const int64_t rows_per_split = heads * n_tokens;  // partial rows one split of every head fills
     if (n_tokens <= DECODE_MAX_TOKENS && rows_per_split <= SCRATCH_ROWS) {
@@ -747,11 +828,13 @@ static cudaError_t attention_dh(T* out, const T* q, const T* k, const T* v, cons
         // one query (decode proper) keeps a quarter of the registers: more blocks fit an SM
         auto* split_kernel =
             n_tokens == 1 ? attention_split_kernel<T, DH, 1> : attention_split_kernel<T, DH, DECODE_MAX_TOKENS>;
-        launch_chained(split_kernel, grid, dim3(DECODE_THREADS), stream, out, q, k, v, pos, rope.inv_freq, rope.layout,
+        launch_chained(split_kernel, grid, dim3(DECODE_THREADS), stream, out, q, k, v, static_cast<const T*>(fresh.k),
+                       static_cast<const T*>(fresh.v), pos, rope.inv_freq, rope.layout,
                        static_cast<int>(n_tokens), static_cast<int>(heads), static_cast<int>(kv_heads), cache_rows,
                        chunk, static_cast<int>(splits), scale_log2);
         return cudaGetLastError();
     }
+    if (fresh.k != nullptr) return cudaErrorInvalidValue;  // the prefill kernel reads every key from the cache
     const int64_t tiles = (n_tokens + BQ - 1) / BQ;
     if (tiles > 0x7fffffff || heads > 65535) return cudaErrorInvalidValue;
     const dim3 grid(static_cast<unsigned int>(tiles), static_cast<unsigned int>(heads));
@@ -764,16 +847,22 @@ static cudaError_t attention_dh(T* out, const T* q, const T* k, const T* v, cons
 template <typename T>
 static cudaError_t attention(T* out, const T* q, const T* k, const T* v, const int64_t* pos, QueryRope rope,
                              int64_t n_tokens, int64_t heads, int64_t kv_heads, int64_t dh, int64_t cache_rows,
-                             float scale, cudaStream_t stream) {
+                             float scale, cudaStream_t stream, NewRows fresh = NewRows{nullptr, nullptr}) {
     if (n_tokens < 1 || heads < 1 || kv_heads < 1 || heads % kv_heads != 0 || cache_rows < 1) {
         return cudaErrorInvalidValue;
     }
     if (rope.inv_freq != nullptr && rope.layout != 0 && rope.layout != 1) return cudaErrorInvalidValue;
     if (!aligned16(q) || !aligned16(k) || !aligned16(v)) return cudaErrorInvalidValue;  // 16-byte vector loads
-    if (dh == 32) return attention_dh<T, 32>(out, q, k, v, pos, rope, n_tokens, heads, kv_heads, cache_rows, scale, stream);
-    if (dh == 64) return attention_dh<T, 64>(out, q, k, v, pos, rope, n_tokens, heads, kv_heads, cache_rows, scale, stream);
+    if ((fresh.k == nullptr) != (fresh.v == nullptr) || !aligned16(fresh.v)) return cudaErrorInvalidValue;
+    if (dh == 32) {
+        return attention_dh<T, 32>(out, q, k, v, pos, rope, fresh, n_tokens, heads, kv_heads, cache_rows, scale, stream);
+    }
+    if (dh == 64) {
+        return attention_dh<T, 64>(out, q, k, v, pos, rope, fresh, n_tokens, heads, kv_heads, cache_rows, scale, stream);
+    }
     if (dh == 128) {
-        return attention_dh<T, 128>(out, q, k, v, pos, rope, n_tokens, heads, kv_heads, cache_rows, scale, stream);
+        return attention_dh<T, 128>(out, q, k, v, pos, rope, fresh, n_tokens, heads, kv_heads, cache_rows, scale,
+                                    stream);
     }
     return cudaErrorInvalidValue;
 }
@@ -817,6 +906,14 @@ static cudaError_t attention(T* out, const T* q, const T* k, const T* v, const i
         if (inv_freq == nullptr) return cudaErrorInvalidValue;                                                       \
         return attention<T>(out, q, k, v, pos, QueryRope{inv_freq, layout}, n_tokens, heads, kv_heads, dh,          \
                             cache_rows, scale, stream);                                                              \
+    }                                                                                                                \
+    COURSE_API cudaError_t kiln_attention_append_##SUFFIX(                                                          \
+        T* out, const T* q, const T* k_new, const T* v_new, T* k, T* v, const int64_t* pos, const float* inv_freq,  \
+        int layout, int64_t n_tokens, int64_t heads, int64_t kv_heads, int64_t dh, int64_t cache_rows, float scale, \
+        cudaStream_t stream) {                                                                                       \
+        if (inv_freq == nullptr || k_new == nullptr || v_new == nullptr) return cudaErrorInvalidValue;              \
+        return attention<T>(out, q, k, v, pos, QueryRope{inv_freq, layout}, n_tokens, heads, kv_heads, dh,          \
+                            cache_rows, scale, stream, NewRows{k_new, v_new});                                       \
     }
 
 KILN_LLM_DEFINE(f32, float)
