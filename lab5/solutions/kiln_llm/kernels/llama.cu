@@ -509,7 +509,8 @@ __device__ __forceinline__ void score_key(const float (&qv)[NT][V], const float 
 template <typename T, int DH, int NT>
 __global__ void __launch_bounds__(DECODE_THREADS, NT == 1 ? 6 : 1)
     attention_split_kernel(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                           const T* __restrict__ k_new, const T* __restrict__ v_new, const int64_t* __restrict__ pos, const float* __restrict__ inv_freq, int layout,
+                           const T* __restrict__ k_new, const T* __restrict__ v_new, const int64_t* __restrict__ pos,
+                           const float* __restrict__ inv_freq, int layout,
                            int n_tokens, int heads, int kv_heads, int64_t cache_rows, int64_t min_chunk, int n_splits,
                            float scale_log2) {
     // TODO(lab5/02) begin: first wait_for_previous() and start_next() (attention_append: after loading its first step of cache rows, which lie below pos, see llm_kernels.h); the keys of this split, [split * chunk, + chunk) with chunk = run_chunk(last, n_splits, min_chunk), cut at last = min(pos + n_tokens, cache_rows) (return at once when the split starts past it, after split 0 has written zeros through merge_splits if last <= 0); each group walks its keys, KEYS of them loaded before the first is scored, (every thread of the block the same number of steps: the shuffles need the whole warp), with q turned by rotated() when inv_freq is given (attention_rope); with k_new (attention_append), rows j >= pos come from k_new and v_new at row j - pos instead of the cache, the key turned by rotated() at position j, and the kv head's first query head (h % (heads / kv_heads) == 0) writes both into the cache rows j; the score of every query t by a dot of 16-byte vectors and a shuffle sum inside the group, masked to keys <= pos + t, the online softmax update; then merge the groups (shuffles inside a warp, shared memory across warps) and write m, l and acc of every query to the scratch at ((h * n_splits + split) * n_tokens + t); last, the arrival: __threadfence(), one thread counts the block in g_arrived[h] (atomicAdd), and the block that finds every other working split already counted puts the count back to 0 and runs merge_splits; see the chapter's section "Flash-decoding"; about 85 lines.
@@ -521,8 +522,8 @@ __global__ void __launch_bounds__(DECODE_THREADS, NT == 1 ? 6 : 1)
     __shared__ float s_m[WARPS][NT], s_l[WARPS][NT];
     __shared__ float s_acc[WARPS][NT][DH];
     // attention_append reads pos and the cache rows below it before waiting for the kernel before (a
-    // decode step's v projection): no kernel of this run writes them (the header's contract), so the
-    // first keys are on their way while that kernel's last blocks finish. The others wait first.
+    // decode step's v projection), which the header's contract says does not write them: the first
+    // keys are on their way while that kernel's last blocks finish. The other forms wait first.
     const bool early = k_new != nullptr;
     if (!early) {
         wait_for_previous();
@@ -591,8 +592,9 @@ __global__ void __launch_bounds__(DECODE_THREADS, NT == 1 ? 6 : 1)
         for (int i = threadIdx.x; i < (end - fresh_begin) * DH; i += DECODE_THREADS) {
             const int r = i / DH, d = i % DH;
             const int64_t j = fresh_begin + r, at = (j - p0) * row_stride + static_cast<int64_t>(kvh) * DH + d;
-            const float kv = inv_freq == nullptr ? to_f(k_new[at])
-                                                 : rotated(k_new + at - d, d, DH, static_cast<float>(j), inv_freq, layout);
+            const T* row = k_new + at - d;
+            const float kv = inv_freq == nullptr ? to_f(row[d])
+                                                 : rotated(row, d, DH, static_cast<float>(j), inv_freq, layout);
             s_knew[r][d] = kv;  // rounded to T already, as rope_kv_update stores it
             if (writer) {
                 const int64_t to = j * row_stride + static_cast<int64_t>(kvh) * DH + d;
@@ -602,7 +604,7 @@ __global__ void __launch_bounds__(DECODE_THREADS, NT == 1 ? 6 : 1)
         }
         __syncthreads();
     }
-    for (int64_t base = begin; base < cached_end; base += GROUPS * KEYS) {  // uniform: every warp takes every step
+    for (int64_t base = begin; base < cached_end; base += GROUPS * KEYS) {  // uniform: every warp, every step
 #pragma unroll
         for (int b = 0; b < KEYS; ++b) {
             const int64_t j = base + b * GROUPS + group;
