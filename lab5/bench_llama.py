@@ -397,7 +397,7 @@ def table(results: dict[str, Any]) -> str:
         ratio = f"{k['decode_tokens_per_s'] / hf['compiled']['decode_tokens_per_s']:.2f}x" if hf else "n/a"
         lines.append(
             f"| {row['label']} ({row['parameters'] / 1e9:.2f} B) | {k['decode_tokens_per_s']:.0f} tok/s"
-            f" | {row['roofline_tokens_per_s']:.0f} tok/s | {100 * k['roofline_share']:.0f}%"
+            f" | {row['roofline_tokens_per_s']:.0f} tok/s | {100 * k['roofline_share']:.1f}%"
             f" | {k['prefill_tokens_per_s']:.0f} tok/s | {eager} | {compiled} | {ratio}"
             f" | {_gib(k['memory_bytes'])} |"
         )
@@ -413,7 +413,7 @@ def gate(results: dict[str, Any], skip_hf: bool) -> list[str]:
         # leave the fixed cost of each kernel a larger share), but its logits must still be right
         if shape == "7b" and k["roofline_share"] < GATE_ROOFLINE:
             problems.append(
-                f"{row['label']}: decode at {100 * k['roofline_share']:.0f}% of the roofline, under"
+                f"{row['label']}: decode at {100 * k['roofline_share']:.1f}% of the roofline, under"
                 f" {100 * GATE_ROOFLINE:.0f}%"
             )
         if skip_hf:

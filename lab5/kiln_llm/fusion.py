@@ -18,7 +18,8 @@ Contract:  `fuse(graph, chains=True, epilogues=True, prologues=True)` (given) re
              by a kv_update (as its value) or an attention (as its q) at the same pos ->
              `rope_kv_update(cache, x, pos, inv_freq)` or `attention_rope(x, k, v, pos, inv_freq)`.
            appends (given): an attention_rope of at most APPEND_MAX_ROWS queries whose k is a
-             rope_kv_update and whose v is a kv_update of two buffers at its pos, read by it alone
+             rope_kv_update and whose v is a kv_update, at its pos (a graph input), of two buffers
+             that nothing else touches, read by it alone
              -> `attention_append(q, k_new, v_new, cache_k, cache_v, pos, inv_freq)`.
            chains: every float pointwise node (add, mul, relu, silu) ends up inside exactly one
              `fused` node. A group holds a root and, recursively, the pointwise inputs of its
@@ -165,11 +166,13 @@ def find_appends(graph: Graph) -> tuple[dict[Node, Replacement], set[Node]]:
 
     attention_rope(q, kc, vc, pos, inv_freq) of at most APPEND_MAX_ROWS queries, where kc is
     rope_kv_update(cache_k, k, pos, inv_freq) and vc is kv_update(cache_v, v, pos) at the same pos
-    and frequencies, each read by this attention alone, and cache_k and cache_v are buffers (state
-    that outlives the run, so writing it in place hides nothing from the planner): the attention
-    becomes attention_append(q, k, v, cache_k, cache_v, pos, inv_freq) and the two writes
-    disappear. Two launches fewer per layer; the kernel takes the new rows from k and v, and stores
-    them, instead of reading them back from the caches.
+    and frequencies, each read by this attention alone, cache_k and cache_v are buffers (state that
+    outlives the run, so writing it in place hides nothing from the planner) that nothing else in
+    the graph touches, and pos is a graph input (the kernel reads it, and the cache rows below it,
+    before waiting for the kernel before: kernels/llm_kernels.h): the attention becomes
+    attention_append(q, k, v, cache_k, cache_v, pos, inv_freq) and the two writes disappear. Two
+    launches fewer per layer; the kernel takes the new rows from k and v, and stores them, instead
+    of reading them back from the caches.
     """
     users = graph.users()
     outputs = {id(o) for o in graph.outputs}
@@ -183,9 +186,11 @@ def find_appends(graph: Graph) -> tuple[dict[Node, Replacement], set[Node]]:
         cache_v, v, v_pos = vc.inputs
         if (k_pos, k_freq, v_pos) != (pos, inv_freq, pos) or kc.attrs["layout"] != att.attrs["layout"]:
             continue
-        if cache_k.op != "buffer" or cache_v.op != "buffer" or cache_k is cache_v:
+        if cache_k.op != "buffer" or cache_v.op != "buffer" or cache_k is cache_v or pos.op != "input":
             continue
         if any(id(n) in outputs or users[n] != [att] for n in (kc, vc)):
+            continue
+        if users[cache_k] != [kc] or users[cache_v] != [vc]:  # any other use of a cache keeps its order
             continue
         replace[att] = ("attention_append", (q, k, v, cache_k, cache_v, pos, inv_freq), dict(att.attrs))
         absorbed |= {kc, vc}

@@ -27,6 +27,7 @@ Test:      make test-lab5 TASK=05
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -148,18 +149,29 @@ class StepGraphs:
         launches = executor.launches
         split = max(1, len(launches) // HEAD_SHARE)
         graphs = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-        for graph, part, first in ((graphs[0], launches[:split], True), (graphs[1], launches[split:], False)):
-            with torch.cuda.graph(graph, stream=executor.stream):
-                if first:
-                    executor.input_slot("tokens").copy_(ids[:1], non_blocking=True)
-                    executor.input_slot("pos").copy_(ids[1:], non_blocking=True)
-                for node, launch in part:
-                    rc = launch()
-                    if rc != 0:
-                        what = f"%{node.name} ({node.op})"
-                        raise KilnRunError(f"{what} while capturing a decode step: {error_string(rc)}")
-                if not first:
-                    row.copy_(out[-1], non_blocking=True)
+        failed = None
+        gc_was_on = gc.isenabled()
+        gc.disable()  # as in the executor's capture: a collection could free another executor's graph
+        try:
+            for graph, part, first in ((graphs[0], launches[:split], True), (graphs[1], launches[split:], False)):
+                with torch.cuda.graph(graph, stream=executor.stream):
+                    if first:
+                        executor.input_slot("tokens").copy_(ids[:1], non_blocking=True)
+                        executor.input_slot("pos").copy_(ids[1:], non_blocking=True)
+                    for node, launch in part:
+                        rc = launch()
+                        if rc != 0:  # end the capture first, then say which launch failed
+                            failed = f"%{node.name} ({node.op}) while capturing a decode step: {error_string(rc)}"
+                            break
+                    if not first:
+                        row.copy_(out[-1], non_blocking=True)
+                if failed is not None:
+                    break
+        finally:
+            if gc_was_on:
+                gc.enable()
+        if failed is not None:
+            raise KilnRunError(failed)
         return cls(ids, row, *graphs)
 
     def replay(self, stream: torch.cuda.Stream, token: int, pos: int) -> torch.Tensor:

@@ -29,7 +29,8 @@ q) attention_rope, at any T; a rope also read elsewhere, or read at another pos,
 forms run the operators they stand for on the CPU: the same result, exactly. Then (find_appends) a
 decode attention (T <= 4) whose k is such a rope_kv_update and whose v a kv_update of two buffers,
 at its pos and in its layout, read by it alone, becomes attention_append: at T = 1 and 4, not at
-T = 5, nor when a cache write is also an output or the keys turn in another layout. On the CPU it
+T = 5, nor when a cache write is also an output, the keys turn in another layout or another node
+writes one of the caches. On the CPU it
 computes the same output and leaves the same caches, exactly.
 
 The compilation cache (given code, checked with nvcc where there is one, GPU or not): two fused
@@ -402,7 +403,12 @@ def test_prologue_computes_what_the_layer_does(dtype):
 
 
 def roped_attention(
-    t: int = 2, also_read: bool = False, other_pos: bool = False, k_layout: str = "half", cache_out: bool = False
+    t: int = 2,
+    also_read: bool = False,
+    other_pos: bool = False,
+    k_layout: str = "half",
+    cache_out: bool = False,
+    second_write: bool = False,
 ):
     """q and k rotated, k and v into their caches, attention: as one LLaMA layer has them (but for
     the keys' layout, which a model shares with the queries)."""
@@ -416,7 +422,8 @@ def roped_attention(
     rk = b.op("rope", k, pos2 if other_pos else pos, inv_freq, layout=k_layout)
     kc, vc = b.op("kv_update", k_cache, rk, pos), b.op("kv_update", v_cache, v, pos)
     out = b.op("attention", rq, kc, vc, pos, scale=0.35)
-    b.output(*([out, rq] if also_read else [out]), *([vc] if cache_out else []))
+    extra = [b.op("kv_update", v_cache, v, pos2)] if second_write else []  # the value cache written twice
+    b.output(*([out, rq] if also_read else [out]), *([vc] if cache_out else []), *extra)
     inputs = {
         n: rand(shape, seed=i)
         for i, (n, shape) in enumerate([("q", (t, h, dh)), ("k", (t, hkv, dh)), ("v", (t, hkv, dh))])
@@ -474,6 +481,8 @@ def test_decode_cache_writes_go_into_the_attention():
     assert ops_of(fuse(graph)) == rope_forms, "the value cache's write is an output: it stays"
     graph, _ = roped_attention(1)
     assert ops_of(fuse(graph)) == rope_forms, "keys turned in another layout than the queries: two rotations"
+    graph, _ = roped_attention(1, k_layout="interleaved", second_write=True)
+    assert ops_of(fuse(graph)) == {**rope_forms, "kv_update": 2}, "a cache another node writes keeps its writes"
 
 
 # --- the compilation cache (given code; needs nvcc, not a GPU) -----------------------------------------

@@ -104,7 +104,8 @@ static cudaError_t launch_chained(void (*kernel)(Params...), dim3 grid, dim3 blo
 //                          cache_rows, scale)
 //   kiln_rope_kv_update of k_new into the cache k, kiln_kv_update of v_new (T, Hkv, Dh) into v, then
 //   kiln_attention_rope over them, in one launch: the split that owns a new row takes it from k_new
-//   and v_new and stores it on the way. Decode only: n_tokens <= 4, else cudaErrorInvalidValue.
+//   and v_new and stores it on the way. Decode only: n_tokens <= 4 and heads * n_tokens <= 32768 (the
+//   partial sums' scratch), else cudaErrorInvalidValue.
 //   It reads pos and the cache rows below it before waiting for the kernel launched just before it
 //   (launch_chained): that kernel must not write them (in kiln's decode step it is the v projection,
 //   and those rows were written by earlier runs).
