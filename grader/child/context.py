@@ -105,6 +105,8 @@ class TorchRunContext:
         return seed_for(self.task, label) % 2**31
 
 
+CUDA_ERROR_INVALID_VALUE = 1  # cudaErrorInvalidValue: what an entry point returns for sizes it refuses
+
 _HINTS = {
     "cudaErrorNotYetImplemented": "the skeleton's stub `return` is still in place",
     "cudaErrorInvalidConfiguration": "a block holds at most 1024 threads and a grid needs at least one block",

@@ -27,7 +27,6 @@ Test:      make test-lab5 TASK=05
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -140,7 +139,7 @@ class StepGraphs:
     def capture(cls, executor: Any) -> StepGraphs:
         """The graphs of a one-token CUDA executor whose own graph is captured (its kernels are
         loaded and its launches checked)."""
-        from kiln.cuda import error_string
+        from kiln.cuda import collection_paused, error_string
         from kiln.runtime import KilnRunError
 
         ids = torch.zeros(2, dtype=torch.int64, pin_memory=True)
@@ -150,9 +149,7 @@ class StepGraphs:
         split = max(1, len(launches) // HEAD_SHARE)
         graphs = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
         failed = None
-        gc_was_on = gc.isenabled()
-        gc.disable()  # as in the executor's capture: a collection could free another executor's graph
-        try:
+        with collection_paused():  # as in the executor's own capture
             for graph, part, first in ((graphs[0], launches[:split], True), (graphs[1], launches[split:], False)):
                 with torch.cuda.graph(graph, stream=executor.stream):
                     if first:
@@ -167,9 +164,6 @@ class StepGraphs:
                         row.copy_(out[-1], non_blocking=True)
                 if failed is not None:
                     break
-        finally:
-            if gc_was_on:
-                gc.enable()
         if failed is not None:
             raise KilnRunError(failed)
         return cls(ids, row, *graphs)

@@ -51,6 +51,7 @@ the new keys and values, a rope and an attention reading the updated cache into 
 tensor and new data: a kernel that took pos by value, or read it on the host, keeps the first one.
 """
 
+from grader.child.context import CUDA_ERROR_INVALID_VALUE as INVALID_VALUE
 from grader.child.context import RunContext
 from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, Float, In, InOut, Int, Out
 from grader.tasks.spec import Rng, Scalar, torch_dtype
@@ -58,7 +59,6 @@ from grader.tasks.spec import Rng, Scalar, torch_dtype
 STREAM = Scalar("stream", "u64")
 DTYPES = ("f32", "f16", "bf16")
 EPS = 1e-5
-INVALID_VALUE = 1  # cudaErrorInvalidValue
 BASE = 10000.0
 GARBAGE_K = 4.0  # spread of the keys in the rows past the prefix (the real ones have 1)
 GARBAGE_V = 1000.0  # value of every element in the rows past the prefix

@@ -53,6 +53,7 @@ traffic can hide in L2; at 1x32000x4096 (262 MB) at most a fifth, as for lab 2's
 512x4096x4096, not a gate) is to be set from a measurement.
 """
 
+from grader.child.context import CUDA_ERROR_INVALID_VALUE as INVALID_VALUE
 from grader.child.context import RunContext
 from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, In, Int, Out, PerfTarget, Rule
 from grader.tasks.spec import Float, Rng, Scalar, torch_dtype
@@ -62,7 +63,6 @@ DTYPES = ("f32", "f16", "bf16")
 SIZES = ("m", "n", "k")
 TOLERANCE = {"f32": (1e-4, 1e-5), "f16": (1e-3, 1e-3), "bf16": (8e-3, 8e-3)}
 ELEM_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
-INVALID_VALUE = 1  # cudaErrorInvalidValue
 TIMING = "1x32000x4096 none (timed)"
 FFN_TIMING = "1x11008x4096 none (timed)"
 PREFILL_TIMING = "512x4096x4096 none (timed)"

@@ -30,10 +30,11 @@ Test:      make test-lab4 TASK=06
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import gc
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,19 @@ def error_string(rc: int) -> str:
         return f"{text} (cudaError {rc})"
     except Exception:  # no cuda-python, or a number it does not know: the number will do
         return f"cudaError {rc}"
+
+
+@contextlib.contextmanager
+def collection_paused() -> Iterator[None]:
+    """No garbage collection inside: for a CUDA graph capture, which a collection could break by
+    freeing another executor's graph (executors sit in reference cycles with their launches)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
 
 
 # @register_cuda("op"): the CUDA lowering of operator `op` (one per operator); lab 5 adds its own
@@ -463,15 +477,8 @@ class CudaExecutor:
             # executor's (a KV cache shared with it) are put back as they were, this one's zeroed
             with torch.cuda.stream(self.stream):
                 saved = {n: self.tensors[n].clone() for n in graph.buffers if n in shared}
-            # no garbage collection during the capture: it could free another executor's CUDA graph
-            # (executors sit in reference cycles with their launches), which a capture forbids
-            collecting = gc.isenabled()
-            gc.disable()
-            try:
+            with collection_paused():
                 self.cuda_graph = capture(self)  # task 07
-            finally:
-                if collecting:
-                    gc.enable()
             with torch.cuda.stream(self.stream):
                 for n in graph.buffers:
                     if n in saved:
