@@ -140,3 +140,17 @@ def attention_append(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
     k = rope_kv_update(node, [cache_k, k_new, pos, inv_freq])
     v = kv_update(node, [cache_v, v_new, pos])
     return attention_rope(node, [q, k, v, pos, inv_freq])
+
+
+@register_cpu("rmsnorm_linear_qkv")
+def rmsnorm_linear_qkv(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
+    x, g, *weights = args
+    return torch.cat([rmsnorm_linear(node, [x, g, w]) for w in weights], dim=1)  # (M, Nq + Nk + Nv)
+
+
+@register_cpu("attention_append_qkv")
+def attention_append_qkv(node: Node, args: Sequence[torch.Tensor]) -> torch.Tensor:
+    qkv, cache_k, cache_v, pos, inv_freq = args  # qkv (1, (H + 2 Hkv) Dh)
+    _, kv_heads, dh = cache_k.shape
+    q, k_new, v_new = qkv.view(1, -1, dh).split([qkv.shape[1] // dh - 2 * kv_heads, kv_heads, kv_heads], dim=1)
+    return attention_append(node, [q, k_new, v_new, cache_k, cache_v, pos, inv_freq])

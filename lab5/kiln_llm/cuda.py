@@ -2,11 +2,11 @@
 
 Importing this module registers, with lab 4's `kiln.cuda.register_cuda`, one lowering per
 operator of kiln_llm/ops.py except `fused` (codegen.py lowers that one): embedding, rmsnorm, rope,
-kv_update, attention, rope_kv_update, attention_rope (task 02's kernels, kernels/llama.cu) and
-linear, linear_add, linear_swiglu, rmsnorm_linear, rmsnorm_linear_swiglu (task 03's,
-kernels/linear.cu). Every kernel exists for f32, f16 and bf16; the node's dtype picks the symbol
-(kiln_rmsnorm_f16 for an f16 node). The entry points and their contracts are in
-kernels/llm_kernels.h.
+kv_update, attention, rope_kv_update, attention_rope, attention_append, attention_append_qkv (task
+02's kernels, kernels/llama.cu) and linear, linear_add, linear_swiglu, rmsnorm_linear,
+rmsnorm_linear_swiglu, rmsnorm_linear_qkv (task 03's, kernels/linear.cu). Every kernel exists for
+f32, f16 and bf16; the node's dtype picks the symbol (kiln_rmsnorm_f16 for an f16 node). The entry
+points and their contracts are in kernels/llm_kernels.h.
 
 The lowerings follow lab 4's rules (lab4/kiln/cuda.py): a lowering runs once, when the executor is
 built, and fixes every pointer (into the executor's arena) and every size; the launch it returns
@@ -47,6 +47,7 @@ _ARGTYPES: dict[str, list[Any]] = {
     "kiln_attention_append": [_P, _P, _P, _P, _P, _P, _P, _P, _INT, _I64, _I64, _I64, _I64, _I64, _F32, _P],
     "kiln_linear": [_INT, _P, _P, _P, _P, _I64, _I64, _I64, _P],
     "kiln_rmsnorm_linear": [_INT, _P, _P, _P, _F32, _P, _P, _I64, _I64, _I64, _P],
+    "kiln_rmsnorm_linear_qkv": [_P, _P, _P, _F32, _P, _P, _P, _I64, _I64, _I64, _I64, _I64, _P],
 }
 SIGNATURES: dict[str, list[Any]] = {f"{name}_{s}": args for name, args in _ARGTYPES.items() for s in SUFFIXES}
 
@@ -168,6 +169,38 @@ def lower_attention_append(ex: CudaExecutor, node: Node) -> Launch:
     )
 
 
+@register_cuda("attention_append_qkv")
+def lower_attention_append_qkv(ex: CudaExecutor, node: Node) -> Launch:
+    """attention_append_qkv (qkv, cache_k, cache_v, pos, inv_freq): attention_append of one token
+    whose q, k_new and v_new are the three parts of the row qkv, passed as pointers into it."""
+    out, qkv, cache_k, cache_v, pos, inv_freq = _tensors(ex, node)
+    _, heads, dh = node.type.shape
+    cache_rows, kv_heads, _ = node.inputs[1].type.shape
+    item = node.type.dtype.itemsize
+    base = ex.tensors[node.inputs[0]].data_ptr()
+    k_new, v_new = ctypes.c_void_p(base + heads * dh * item), ctypes.c_void_p(base + (heads + kv_heads) * dh * item)
+    scale, layout = float(node.attrs["scale"]), LAYOUTS[node.attrs["layout"]]
+    fn, stream = kernel("kiln_attention_append", node), ex.stream_handle
+    return lambda: fn(
+        out,
+        qkv,
+        k_new,
+        v_new,
+        cache_k,
+        cache_v,
+        pos,
+        inv_freq,
+        layout,
+        1,
+        heads,
+        kv_heads,
+        dh,
+        cache_rows,
+        scale,
+        stream,
+    )
+
+
 # --- task 03's kernels ------------------------------------------------------------------------------
 
 
@@ -194,6 +227,17 @@ def _lower_linear(ex: CudaExecutor, node: Node) -> Launch:
 
 for _op in ("linear", "linear_add", "linear_swiglu", "rmsnorm_linear", "rmsnorm_linear_swiglu"):
     register_cuda(_op)(_lower_linear)
+
+
+@register_cuda("rmsnorm_linear_qkv")
+def lower_rmsnorm_linear_qkv(ex: CudaExecutor, node: Node) -> Launch:
+    """rmsnorm_linear_qkv (x, g, wq, wk, wv): one kiln_rmsnorm_linear_qkv, the GEMV over the three
+    weights stacked."""
+    out, x, g, wq, wk, wv = _tensors(ex, node)
+    m, k = node.inputs[0].type.shape
+    nq, nk, nv = (w.type.shape[0] for w in node.inputs[2:])
+    fn, eps = kernel("kiln_rmsnorm_linear_qkv", node), float(node.attrs["eps"])
+    return lambda: fn(out, x, g, eps, wq, wk, wv, m, nq, nk, nv, k, ex.stream_handle)
 
 
 __all__ = ["SIGNATURES", "kernel", "load_kernels"]

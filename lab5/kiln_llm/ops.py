@@ -23,11 +23,17 @@ positions and tokens are i64; RoPE's frequencies are f32 whatever F is. Shapes, 
     attention_rope q F[T, H, Dh], k, v F[S, Hkv, Dh], pos i64[1], inv_freq f32[Dh/2] {scale, layout} -> F[T, H, Dh]
     attention_append q F[T, H, Dh], k_new, v_new F[T, Hkv, Dh], cache_k, cache_v F[S, Hkv, Dh], pos i64[1],
                    inv_freq f32[Dh/2] {scale, layout} -> F[T, H, Dh], and the caches written at rows pos + t
+    rmsnorm_linear_qkv x F[M, K], g F[K], wq F[Nq, K], wk F[Nk, K], wv F[Nv, K] {eps} -> F[M, Nq + Nk + Nv]
+                   the three rmsnorm_linear of one x side by side in each row
+    attention_append_qkv qkv F[1, (H + 2 Hkv) Dh], cache_k, cache_v F[S, Hkv, Dh], pos i64[1],
+                   inv_freq f32[Dh/2] {scale, layout} -> F[1, H, Dh]: attention_append of one token
+                   whose q, k_new and v_new lie side by side in one row
 
-The last five are what the fusion pass makes (fusion.py): a decode step's RMSNorm folded into the
+The last seven are what the fusion pass makes (fusion.py): a decode step's RMSNorm folded into the
 linears that read it (the normalized row stays in float32, unrounded, inside the GEMV), RoPE
-folded into the cache write of the keys and into attention's loading of the queries, and at decode
-both cache writes folded into the attention that reads the caches.
+folded into the cache write of the keys and into attention's loading of the queries, at decode
+both cache writes folded into the attention that reads the caches, and a decode step's three
+projections of one row stacked into one GEMV.
 """
 
 from __future__ import annotations
@@ -326,5 +332,54 @@ register(
         attrs=("scale", "layout"),
         doc="rope_kv_update(cache_k, k_new), kv_update(cache_v, v_new), then attention_rope(q, ...) over them: "
         "one decode kernel that writes the new rows into the caches as it reads them",
+    )
+)
+
+
+def _rmsnorm_linear_qkv(inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:
+    x, g, wq, wk, wv = inputs
+    outs = [_rmsnorm_linear([x, g, w], attrs) for w in (wq, wk, wv)]
+    return make_type((x.shape[0], sum(o.shape[1] for o in outs)), x.dtype)
+
+
+register(
+    OpDef(
+        "rmsnorm_linear_qkv",
+        5,
+        _rmsnorm_linear_qkv,
+        attrs=("eps",),
+        doc="[rmsnorm_linear(x, g, wq) | ...(wk) | ...(wv)]: three projections of one x as one GEMV, side by side",
+    )
+)
+
+
+def _attention_append_qkv(inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:
+    qkv, cache_k, cache_v, pos, inv_freq = inputs
+    _rank(qkv, 2, "qkv", "tokens, (heads + 2 kv_heads) * head_dim")
+    _, kv_heads, dh = _heads(cache_k, "cache_k")
+    t, width = qkv.shape
+    if t != 1:
+        raise ShapeError(
+            f"attention_append_qkv: qkv {qkv} holds {t} tokens; it takes one (q, k and v of a longer"
+            " run are not each one dense block)"
+        )
+    if width % dh != 0 or width // dh <= 2 * kv_heads:
+        raise ShapeError(
+            f"attention_append_qkv: qkv {qkv} is not (heads + 2 * {kv_heads}) heads of {dh} (cache_k {cache_k})"
+        )
+    q = make_type((t, width // dh - 2 * kv_heads, dh), qkv.dtype)
+    new = make_type((t, kv_heads, dh), qkv.dtype)
+    return _attention_append([q, new, new, cache_k, cache_v, pos, inv_freq], attrs)
+
+
+# Writes the caches as attention_append does (the same conditions, fusion.py's find_stacks).
+register(
+    OpDef(
+        "attention_append_qkv",
+        5,
+        _attention_append_qkv,
+        attrs=("scale", "layout"),
+        doc="attention_append of one token whose q, k_new and v_new are the three parts of one row "
+        "(rmsnorm_linear_qkv's output)",
     )
 )

@@ -36,6 +36,14 @@ output), g normal around 1. The reference normalizes in float64 from the dtype's
 `expected` on that, so the kernel's float32 sums and single rounding meet the same tolerances as
 kiln_linear. m = 9 must be refused (cudaErrorInvalidValue, out untouched): the GEMM has no prologue.
 
+kiln_rmsnorm_linear_qkv (the three projections of a decode step as one GEMV over wq, wk and wv) is
+judged by `stacked_qkv` with the same reference and tolerances, each output against its own weight:
+GQA-like stacks (nk = nv < nq), sizes that put the seams between two weights inside a block of 4
+warps and, from m = 4 on, inside a warp's two rows (9 | 5 | 7, 40 | 23 | 23), k = 8 to 4096, and f32
+at k = 33. The three weights are views into one buffer, in the order v, q, k with NaN rows between
+them: a kernel that reads wk and wv as the rows after wq (or mixes up which comes first) meets NaN.
+m = 9 is refused as for kiln_rmsnorm_linear.
+
 Beyond the cases: `odd_k_in_f32` runs the f32 entry at k = 1, 3, 33 and 4099 (rows that are not
 16-byte aligned, the scalar path) for each epilogue on both paths; `k_not_multiple_of_8_refused`
 expects cudaErrorInvalidValue from the 16-bit entries at k = 12; `replays_in_a_cuda_graph` captures
@@ -308,6 +316,98 @@ def rmsnorm_prologue(ctx: RunContext) -> None:
             )
 
 
+# (m, nq, nk, nv, k, scale of x) for kiln_rmsnorm_linear_qkv
+STACKS = [
+    (1, 64, 16, 16, 264, 1.0),
+    (1, 9, 5, 7, 8, 30.0),
+    (2, 100, 100, 100, 1000, 1.0),
+    (5, 40, 23, 23, 40, 1e-2),
+    (8, 33, 17, 17, 264, 1.0),
+    (1, 512, 128, 128, 4096, 1.0),
+]
+
+
+def qkv_args(dt: str) -> list:
+    """kiln_rmsnorm_linear_qkv's: out, x, the norm's weight and eps, wq, wk, wv, m, nq, nk, nv, k."""
+    sizes = (Scalar(s, "i64") for s in ("m", "nq", "nk", "nv", "k"))
+    weights = (In(f"{w}_{dt}", dt) for w in ("wq", "wk", "wv"))
+    return [Out(f"out_{dt}", dt), In(f"x_{dt}", dt), In(f"g_{dt}", dt), Float("eps"), *weights, *sizes, STREAM]
+
+
+def call_qkv(ctx: RunContext, dt: str, x, g, eps: float, wq, wk, wv, out) -> int:
+    import torch
+
+    m, k = x.shape
+    values = {f"out_{dt}": out, f"x_{dt}": x, f"g_{dt}": g, "eps": eps, f"wq_{dt}": wq, f"wk_{dt}": wk}
+    values |= {f"wv_{dt}": wv, "m": m, "nq": wq.shape[0], "nk": wk.shape[0], "nv": wv.shape[0], "k": k}
+    return ctx.entry(f"kiln_rmsnorm_linear_qkv_{dt}", qkv_args(dt))(
+        values | {"stream": torch.cuda.current_stream().cuda_stream}
+    )
+
+
+def apart(weights: list, gap: int = 3) -> list:
+    """The weights copied into one buffer in the order 3rd, 1st, 2nd, with `gap` rows of NaN before
+    each: views whose rows are not where a kernel that took them for one matrix would look."""
+    import torch
+
+    k = weights[0].shape[1]
+    order = [2, 0, 1]
+    rows = sum(w.shape[0] + gap for w in weights) + gap
+    buf = torch.full((rows, k), float("nan"), dtype=weights[0].dtype, device=weights[0].device)
+    views: list = [None] * 3
+    at = gap
+    for i in order:
+        n = weights[i].shape[0]
+        views[i] = buf[at : at + n]
+        views[i].copy_(weights[i])
+        at += n + gap
+    return views
+
+
+def stacked_qkv(ctx: RunContext) -> None:
+    """kiln_rmsnorm_linear_qkv_<dt> = [rmsnorm_linear(x, g, wq) | ...(wk) | ...(wv)], m <= 8."""
+    import torch
+
+    from grader.child.compare import judge
+    from grader.child.context import seed_for
+
+    rng = Rng(seed_for(ctx.task, "stacked qkv"), "cuda")
+    eps = 1e-5
+    cases = [(dt, *c) for dt in DTYPES for c in STACKS] + [("f32", 1, 12, 6, 6, 33, 1.0)]
+    for dt, m, nq, nk, nv, k, scale in cases:
+        t = torch_dtype(dt)
+        x = (rng.randn(m, k) * scale).to(t)
+        g = (1.0 + 0.1 * rng.randn(k)).to(t)
+        weights = [(rng.randn(n, k) / k**0.5).to(t) for n in (nq, nk, nv)]
+        wq, wk, wv = apart(weights)
+        out = torch.full((m, nq + nk + nv), float("nan"), dtype=t, device="cuda")
+        symbol = f"kiln_rmsnorm_linear_qkv_{dt}"
+        where = f"{symbol} at m = {m}, nq | nk | nv = {nq} | {nk} | {nv}, k = {k}, x of scale {scale:g}"
+        ctx.check_rc(symbol, call_qkv(ctx, dt, x, g, eps, wq, wk, wv, out), where)
+        torch.cuda.synchronize()
+        h = normalized(x, g, eps)
+        at = 0
+        for name, w in zip(("q", "k", "v"), weights, strict=True):
+            n = w.shape[0]
+            want = expected(h, w, None, 0).to(t)
+            atol, rtol = TOLERANCE[dt]
+            report = judge(f"out's {name} columns [{at}, {at + n})", out[:, at : at + n], want, atol, rtol, None)
+            if report:
+                ctx.fail(f"{where}: {report}")
+            at += n
+    for dt in DTYPES:
+        t = torch_dtype(dt)
+        x, g = torch.ones(9, 16, dtype=t, device="cuda"), torch.ones(16, dtype=t, device="cuda")
+        w, out = torch.ones(8, 16, dtype=t, device="cuda"), torch.full((9, 24), 7.0, dtype=t, device="cuda")
+        rc = call_qkv(ctx, dt, x, g, eps, w, w, w, out)
+        torch.cuda.synchronize()
+        if rc != INVALID_VALUE or not bool((out == 7.0).all()):
+            ctx.fail(
+                f"kiln_rmsnorm_linear_qkv_{dt} with m = 9 returned {rc}: the stacked GEMV is decode's (m <= 8), so"
+                f" m = 9 must be cudaErrorInvalidValue ({INVALID_VALUE}) and leave out as it was"
+            )
+
+
 def odd_k_in_f32(ctx: RunContext) -> None:
     """float32 at k = 1, 3, 33 and 4099: rows of x and w that do not start on 16-byte boundaries
     (the scalar path of the GEMV and the GEMM), every epilogue, m = 1, 5 (decode) and 17 (prefill)."""
@@ -412,7 +512,7 @@ TASK = CudaTask(
     make_inputs=make_inputs,
     tolerance=TOLERANCE,
     timing_case=TIMING,
-    checks=[k_not_multiple_of_8_refused, odd_k_in_f32, rmsnorm_prologue, replays_in_a_cuda_graph],
+    checks=[k_not_multiple_of_8_refused, odd_k_in_f32, rmsnorm_prologue, stacked_qkv, replays_in_a_cuda_graph],
     timeout=240,
     rules=[
         NO_LIBRARIES,

@@ -30,8 +30,11 @@ forms run the operators they stand for on the CPU: the same result, exactly. The
 decode attention (T <= 4) whose k is such a rope_kv_update and whose v a kv_update of two buffers,
 at its pos and in its layout, read by it alone, becomes attention_append: at T = 1 and 4, not at
 T = 5, nor when a cache write is also an output, the keys turn in another layout or another node
-writes one of the caches. On the CPU it
-computes the same output and leaves the same caches, exactly.
+writes one of the caches. On the CPU it computes the same output and leaves the same caches,
+exactly. Last (find_stacks), at T = 1 the three projections of a GQA layer's attention norm become
+one rmsnorm_linear_qkv over wq, wk and wv (in that order) and the attention attention_append_qkv:
+exactly the same output and caches on the CPU; not at T = 2, nor when k is normalized by another
+weight or q's projection is also an output.
 
 The compilation cache (given code, checked with nvcc where there is one, GPU or not): two fused
 nodes of one structure, different names and shapes, compile once (a miss, then a hit, the same
@@ -483,6 +486,56 @@ def test_decode_cache_writes_go_into_the_attention():
     assert ops_of(fuse(graph)) == rope_forms, "keys turned in another layout than the queries: two rotations"
     graph, _ = roped_attention(1, k_layout="interleaved", second_write=True)
     assert ops_of(fuse(graph)) == {**rope_forms, "kv_update": 2}, "a cache another node writes keeps its writes"
+
+
+def projected_attention(t: int = 1, other_norm: bool = False, q_out: bool = False):
+    """One LLaMA attention block from the row x: the norm, the q, k and v projections, RoPE, the
+    cache writes and the attention (GQA: 4 heads, 2 kv heads)."""
+    s, h, hkv, dh, d = 8, 4, 2, 8, 32
+    b = builder("projected")
+    x = b.input("x", (t, d))
+    pos = b.input("pos", (1,), "int64")
+    inv_freq = b.constant("inv_freq", 1.0 / 10000 ** (torch.arange(0, dh, 2).float() / dh))
+    k_cache, v_cache = b.buffer("k_cache", (s, hkv, dh)), b.buffer("v_cache", (s, hkv, dh))
+    g, g2 = b.constant("g", 1.0 + 0.1 * rand(d, seed=5)), b.constant("g2", 1.0 + 0.1 * rand(d, seed=6))
+    hn = b.op("rmsnorm", x, g, eps=1e-5)
+    hk = b.op("rmsnorm", x, g2, eps=1e-5) if other_norm else hn
+    weights = {
+        n: b.constant(n, rand((r * dh, d), seed=i) / d**0.5)
+        for i, (n, r) in enumerate([("wq", h), ("wk", hkv), ("wv", hkv)])
+    }
+    ql = b.op("linear", hn, weights["wq"])
+    q = b.op("rope", ql.reshape(t, h, dh), pos, inv_freq, layout="half")
+    k = b.op("rope", b.op("linear", hk, weights["wk"]).reshape(t, hkv, dh), pos, inv_freq, layout="half")
+    v = b.op("linear", hn, weights["wv"]).reshape(t, hkv, dh)
+    kc, vc = b.op("kv_update", k_cache, k, pos), b.op("kv_update", v_cache, v, pos)
+    out = b.op("attention", q, kc, vc, pos, scale=dh**-0.5)
+    b.output(out, *([ql] if q_out else []))
+    return b.graph, {"x": rand((t, d), seed=9), "pos": torch.tensor([3])}
+
+
+@pytest.mark.points(1)
+def test_decode_projections_stack_into_one_gemv():
+    graph, inputs = projected_attention()
+    out = fuse(graph)
+    assert ops_of(out) == {"rmsnorm_linear_qkv": 1, "attention_append_qkv": 1}, f"T = 1: {dict(ops_of(out))}"
+    (qkv,) = out.of_op("rmsnorm_linear_qkv")
+    assert [i.name for i in qkv.inputs] == ["x", "g", "wq", "wk", "wv"], [i.name for i in qkv.inputs]
+    assert qkv.type.shape == (1, (4 + 2 + 2) * 8), f"the stacked row: {qkv.type}"
+    (att,) = out.of_op("attention_append_qkv")
+    assert att.inputs[0] is qkv and [i.name for i in att.inputs[1:]] == ["k_cache", "v_cache", "pos", "inv_freq"]
+    (got, *_), got_caches = run_cpu_state(out, inputs)
+    (want, *_), want_caches = run_cpu_state(graph, inputs)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for name, cache in want_caches.items():
+        torch.testing.assert_close(got_caches[name], cache, rtol=1e-5, atol=1e-5, msg=f"{name} differs")
+    appended = {"rmsnorm_linear": 3, "reshape": 3, "attention_append": 1}
+    graph, _ = projected_attention(t=2)
+    assert ops_of(fuse(graph)) == appended, "two tokens: q, k and v of a row are not one dense block each"
+    graph, _ = projected_attention(other_norm=True)
+    assert ops_of(fuse(graph)) == appended, "k normalized by another weight: not one row of x"
+    graph, _ = projected_attention(q_out=True)
+    assert ops_of(fuse(graph))["attention_append_qkv"] == 0, "q's projection is an output: it stays"
 
 
 # --- the compilation cache (given code; needs nvcc, not a GPU) -----------------------------------------

@@ -13,6 +13,8 @@
 //              weight (n, k). out overlaps nothing; inputs are read-only.
 //            kiln_rmsnorm_linear: the same for m <= 8 with x replaced by rmsnorm(x, norm_w):
 //              each row of x times rsqrt(mean(x^2) + eps) times norm_w, in float32, unrounded.
+//            kiln_rmsnorm_linear_qkv: kiln_rmsnorm_linear (epilogue 0) over wq, wk and wv stacked
+//              (Stacked: the rows of one matrix), out (m, nq + nk + nv).
 //            m, n, k >= 0 (m or n == 0: nothing to do); any m, n (no multiple of a tile needed);
 //            k % 8 == 0 for f16 and bf16, else cudaErrorInvalidValue; f32 takes any k. Pointers
 //            are 16-byte aligned by the header's contract; a call whose aren't (or f32 with k % 4
@@ -140,15 +142,39 @@ constexpr int GEMV_THREADS = GEMV_WARPS * 32;
 // w3) per packet of x, and twice the sums would not fit in registers.
 __host__ __device__ constexpr int gemv_rows(int m, int nw) { return m >= 4 && nw == 1 ? 2 : 1; }
 
-// Of each row, what a warp's first stage of loads reads. Asking for more (whole rows) was slower
-// on an H100: a grid's first blocks then flood L2 and DRAM with requests the kernel before competes with.
+// The weight a GEMV reads, as a matrix of n rows of k whose row r is at w.row(r, k): one (n, k)
+// matrix, or for kiln_rmsnorm_linear_qkv the q, k and v projections stacked, rows [0, n1) of w,
+// [n1, n2) of w2 and [n2, n) of w3, so that one launch computes all three, each output in its own
+// columns of out. Two types, not one with n1 = n2 = n: the plain kernels then carry no branch
+// (and no registers) for a stack they never see.
+template <typename T>
+struct Single {
+    const T* w;
+    __device__ __forceinline__ const T* row(int64_t r, int64_t k) const { return w + r * k; }
+};
+
+template <typename T>
+struct Stacked {
+    const T* w;
+    const T* w2;
+    const T* w3;
+    int64_t n1, n2;
+    __device__ __forceinline__ const T* row(int64_t r, int64_t k) const {
+        return r < n1 ? w + r * k : (r < n2 ? w2 + (r - n1) * k : w3 + (r - n2) * k);
+    }
+};
+
+// Of each row, what is asked of L2 ahead of the first stage of loads. Asking for more (whole rows)
+// was slower on an H100: a grid's first blocks then flood L2 and DRAM with requests the kernel
+// before competes with.
 constexpr int PREFETCH_BYTES = 2048;
 
 // Asks L2 for the first PREFETCH_BYTES of this warp's rows row0 .. row0 + rows - 1 of w (and, for
 // swiglu, S = 2 * rows, of w3 = extra), one 128-byte line per lane: a hint that reads nothing into
-// registers, so it may run before wait_for_previous(). Rows past n are left out.
-template <typename T, int S>
-__device__ __forceinline__ void prefetch_rows(const T* w, const T* extra, int64_t row0, int rows, int64_t n, int64_t k) {
+// registers. Rows past n are left out.
+template <typename T, int S, typename W>
+__device__ __forceinline__ void prefetch_rows(const W& w, const T* extra, int64_t row0, int rows, int64_t n,
+                                              int64_t k) {
     constexpr int LINES = PREFETCH_BYTES / 128;
     const int lane = threadIdx.x % 32;
     const int64_t row_bytes = k * static_cast<int64_t>(sizeof(T));
@@ -157,13 +183,13 @@ __device__ __forceinline__ void prefetch_rows(const T* w, const T* extra, int64_
         const int s = i / LINES;
         const int64_t r = row0 + s % rows, at = static_cast<int64_t>(i % LINES) * 128;
         if (r < n && at < row_bytes) {
-            const char* line = reinterpret_cast<const char*>((s < rows ? w : extra) + r * k) + at;
+            const char* line = reinterpret_cast<const char*>(s < rows ? w.row(r, k) : extra + r * k) + at;
             asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
         }
     }
 }
 
-// out (m, n) = x (m, k) @ w (n, k).T (+ epilogue), m <= M. Warp j of block b owns rows
+// out (m, n) = x (m, k) @ w (n, k).T (+ epilogue), m <= M, row r of w at w.row(r, k). Warp j of block b owns rows
 // (b * GEMV_WARPS + j) * ROWS ... + ROWS - 1 of w (and of w3 = extra for swiglu); lane l reads
 // packets l, l + 32, l + 64, ... of each row, so one warp instruction reads 512 contiguous bytes
 // of a row. Every lane keeps M x ROWS (x 2 for swiglu) partial sums; a butterfly of
@@ -172,21 +198,20 @@ __device__ __forceinline__ void prefetch_rows(const T* w, const T* extra, int64_
 // every row of x anyway, so it sums the squares as it goes and multiplies by g packet by packet;
 // the row's factor rsqrt(mean(x^2) + eps) is a scalar and waits for the end. A decode step then
 // has no RMSNorm kernel: one launch, one wait and a round trip of the row through memory fewer.
-template <typename T, int VEC, int M, int EPI, bool NORM>
+// The weights are no kernel's output, so a warp may load its first stage of them before
+// wait_for_previous(): a grid that starts while the kernel before it finishes has its first
+// bytes in registers when that kernel is done. x is that kernel's output: it waits.
+template <typename T, typename W, int VEC, int M, int EPI, bool NORM>
 __global__ void __launch_bounds__(GEMV_THREADS)
-    gemv_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ extra,
+    gemv_kernel(T* __restrict__ out, const T* __restrict__ x, const W w, const T* __restrict__ extra,
                 const T* __restrict__ g, float eps, int m, int64_t n, int64_t k) {
     constexpr int NW = EPI == 2 ? 2 : 1;  // weight matrices read: w, and w3 (extra) for swiglu
     constexpr int ROWS = gemv_rows(M, NW);  // rows of w per warp
     constexpr int S = ROWS * NW;          // row streams per warp: stream s reads row s % ROWS of weight s / ROWS
     constexpr int STEP = 32 * VEC;        // elements of a row one warp instruction covers
     using P = Packet<T, VEC>;
-    // The weights are no kernel's output: the head of this warp's rows can be on its way to L2
-    // while the kernel before still runs. x is that kernel's output: nothing reads it before the wait.
     prefetch_rows<T, S>(w, extra, (static_cast<int64_t>(blockIdx.x) * GEMV_WARPS + threadIdx.x / 32) * ROWS, ROWS, n, k);
-    wait_for_previous();
-    start_next();
-    // TODO(lab5/03) begin: find this warp's ROWS rows (clamped to n - 1 for reading), clear M x S float32 sums, walk k by stages of U * STEP: start loading the next stage's U x S packets of w, then multiply the current stage's with a packet of every row of x and add the products; finish the tail of k one STEP at a time (a lane whose packet starts at or past k reads nothing); reduce every sum over the warp with shuffles and write the rows below n through finish(); with NORM, every packet of x goes through scale_by_norm() with g's packet at the same k (each row of x its own sum of squares), and before finish() each row's sums are multiplied by rsqrt(its warp-wide sum of squares / k + eps); see the chapter's sections "Decode is a GEMV: streaming the weights" and "RMSNorm in front of the GEMV"; about 65 lines; try m = 1, n = 9, k = 8 and m = 5, n = 1003, k = 1000.
+    // TODO(lab5/03) begin: find this warp's ROWS rows (w.row(), and extra's for swiglu; clamped to n - 1 for reading), clear M x S float32 sums, load the first stage of w, then wait_for_previous() and start_next() (before the first read of x), walk k by stages of U * STEP: start loading the next stage's U x S packets of w, then multiply the current stage's with a packet of every row of x and add the products; finish the tail of k one STEP at a time (a lane whose packet starts at or past k reads nothing); reduce every sum over the warp with shuffles and write the rows below n through finish(); with NORM, every packet of x goes through scale_by_norm() with g's packet at the same k (each row of x its own sum of squares), and before finish() each row's sums are multiplied by rsqrt(its warp-wide sum of squares / k + eps); see the chapter's sections "Decode is a GEMV: streaming the weights" and "RMSNorm in front of the GEMV"; about 65 lines; try m = 1, n = 9, k = 8 and m = 5, n = 1003, k = 1000.
     // TODO(lab5/03) end
 }
 
@@ -313,27 +338,27 @@ struct Prologue {
     float eps;
 };
 
-template <typename T, int VEC, int M, int EPI, bool NORM>
-static void launch_gemv(T* out, const T* x, const T* w, const T* extra, Prologue norm, int64_t m, int64_t n,
-                        int64_t k, cudaStream_t stream) {
+template <typename T, typename W, int VEC, int M, int EPI, bool NORM>
+static void launch_gemv(T* out, const T* x, const W& w, const T* extra, Prologue norm, int64_t m, int64_t n, int64_t k,
+                        cudaStream_t stream) {
     constexpr int64_t rows_per_block = GEMV_WARPS * gemv_rows(M, EPI == 2 ? 2 : 1);
     const int64_t blocks = (n + rows_per_block - 1) / rows_per_block;
-    launch_chained(gemv_kernel<T, VEC, M, EPI, NORM>, dim3(static_cast<unsigned int>(blocks)), dim3(GEMV_THREADS),
+    launch_chained(gemv_kernel<T, W, VEC, M, EPI, NORM>, dim3(static_cast<unsigned int>(blocks)), dim3(GEMV_THREADS),
                    stream, out, x, w, extra, static_cast<const T*>(norm.g), norm.eps, static_cast<int>(m), n, k);
 }
 
 // m (1 .. 8) rounded up to the next compiled size: 1, 2, 4 or 8 rows of sums per lane
-template <typename T, int VEC, int EPI, bool NORM = false>
-static void gemv_for_m(T* out, const T* x, const T* w, const T* extra, int64_t m, int64_t n, int64_t k,
+template <typename T, int VEC, int EPI, bool NORM = false, typename W>
+static void gemv_for_m(T* out, const T* x, const W& w, const T* extra, int64_t m, int64_t n, int64_t k,
                        cudaStream_t stream, Prologue norm = Prologue{nullptr, 0.0f}) {
     if (m == 1) {
-        launch_gemv<T, VEC, 1, EPI, NORM>(out, x, w, extra, norm, m, n, k, stream);
+        launch_gemv<T, W, VEC, 1, EPI, NORM>(out, x, w, extra, norm, m, n, k, stream);
     } else if (m == 2) {
-        launch_gemv<T, VEC, 2, EPI, NORM>(out, x, w, extra, norm, m, n, k, stream);
+        launch_gemv<T, W, VEC, 2, EPI, NORM>(out, x, w, extra, norm, m, n, k, stream);
     } else if (m <= 4) {
-        launch_gemv<T, VEC, 4, EPI, NORM>(out, x, w, extra, norm, m, n, k, stream);
+        launch_gemv<T, W, VEC, 4, EPI, NORM>(out, x, w, extra, norm, m, n, k, stream);
     } else {
-        launch_gemv<T, VEC, MAX_GEMV_M, EPI, NORM>(out, x, w, extra, norm, m, n, k, stream);
+        launch_gemv<T, W, VEC, MAX_GEMV_M, EPI, NORM>(out, x, w, extra, norm, m, n, k, stream);
     }
 }
 
@@ -397,9 +422,9 @@ static cudaError_t linear(int epilogue, T* out, const T* x, const T* w, const T*
 
 // kiln_rmsnorm_linear: the GEMV with the RMSNorm prologue (m <= MAX_GEMV_M; a prefill's m is the
 // GEMM's, which normalizes nothing: kiln_rmsnorm, then kiln_linear)
-template <typename T, int EPI>
-static void rmsnorm_gemv(bool vec, T* out, const T* x, const T* g, float eps, const T* w, const T* extra, int64_t m,
-                         int64_t n, int64_t k, cudaStream_t stream) {
+template <typename T, int EPI, typename W>
+static void rmsnorm_gemv(bool vec, T* out, const T* x, const T* g, float eps, const W& w, const T* extra,
+                         int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
     constexpr int VEC = 16 / sizeof(T);
     if (vec) {
         gemv_for_m<T, VEC, EPI, true>(out, x, w, extra, m, n, k, stream, Prologue{g, eps});
@@ -420,15 +445,33 @@ static cudaError_t rmsnorm_linear(int epilogue, T* out, const T* x, const T* g, 
         k % VEC == 0 && aligned16(x) && aligned16(w) && aligned16(g) && (epilogue != 2 || aligned16(extra));
     switch (epilogue) {
         case 0:
-            rmsnorm_gemv<T, 0>(vec, out, x, g, eps, w, extra, m, n, k, stream);
+            rmsnorm_gemv<T, 0>(vec, out, x, g, eps, Single<T>{w}, extra, m, n, k, stream);
             break;
         case 1:
-            rmsnorm_gemv<T, 1>(vec, out, x, g, eps, w, extra, m, n, k, stream);
+            rmsnorm_gemv<T, 1>(vec, out, x, g, eps, Single<T>{w}, extra, m, n, k, stream);
             break;
         default:
-            rmsnorm_gemv<T, 2>(vec, out, x, g, eps, w, extra, m, n, k, stream);
+            rmsnorm_gemv<T, 2>(vec, out, x, g, eps, Single<T>{w}, extra, m, n, k, stream);
             break;
     }
+    return cudaGetLastError();
+}
+
+// kiln_rmsnorm_linear_qkv: the decode step's three projections of one normalized row as one GEMV
+// over the stacked weights, out (m, nq + nk + nv).
+template <typename T>
+static cudaError_t rmsnorm_linear_qkv(T* out, const T* x, const T* g, float eps, const T* wq, const T* wk, const T* wv,
+                                      int64_t m, int64_t nq, int64_t nk, int64_t nv, int64_t k, cudaStream_t stream) {
+    constexpr int64_t VEC = 16 / sizeof(T);
+    if (nq < 0 || nk < 0 || nv < 0 || wq == nullptr || wk == nullptr || wv == nullptr) return cudaErrorInvalidValue;
+    const int64_t n = nq + nk + nv;
+    if (!linear_args_ok(0, static_cast<const T*>(nullptr), m, n, k) || m > MAX_GEMV_M || g == nullptr ||
+        !(eps >= 0.0f) || k < 1) {
+        return cudaErrorInvalidValue;
+    }
+    if (m == 0 || n == 0) return cudaSuccess;
+    const bool vec = k % VEC == 0 && aligned16(x) && aligned16(g) && aligned16(wq) && aligned16(wk) && aligned16(wv);
+    rmsnorm_gemv<T, 0>(vec, out, x, g, eps, Stacked<T>{wq, wk, wv, nq, nq + nk}, nullptr, m, n, k, stream);
     return cudaGetLastError();
 }
 
@@ -455,6 +498,18 @@ COURSE_API cudaError_t kiln_linear_bf16(int epilogue, __nv_bfloat16* out, const 
         return rmsnorm_linear<T>(epilogue, out, x, norm_w, eps, w, extra, m, n, k, stream);                          \
     }
 
+#define KILN_RMSNORM_LINEAR_QKV(SUFFIX, T)                                                                          \
+    COURSE_API cudaError_t kiln_rmsnorm_linear_qkv_##SUFFIX(T* out, const T* x, const T* norm_w, float eps,           \
+                                                            const T* wq, const T* wk, const T* wv, int64_t m,         \
+                                                            int64_t nq, int64_t nk, int64_t nv, int64_t k,             \
+                                                            cudaStream_t stream) {                                     \
+        return rmsnorm_linear_qkv<T>(out, x, norm_w, eps, wq, wk, wv, m, nq, nk, nv, k, stream);                     \
+    }
+
 KILN_RMSNORM_LINEAR(f32, float)
 KILN_RMSNORM_LINEAR(f16, __half)
 KILN_RMSNORM_LINEAR(bf16, __nv_bfloat16)
+
+KILN_RMSNORM_LINEAR_QKV(f32, float)
+KILN_RMSNORM_LINEAR_QKV(f16, __half)
+KILN_RMSNORM_LINEAR_QKV(bf16, __nv_bfloat16)

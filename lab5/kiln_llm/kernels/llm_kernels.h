@@ -123,6 +123,11 @@ static cudaError_t launch_chained(void (*kernel)(Params...), dim3 grid, dim3 blo
 //   Each row of x is multiplied by rsqrt(mean(x^2) + eps) and by norm_w (k,) in float32 and is not
 //   rounded to T before the product (kiln_rmsnorm rounds twice, as Hugging Face does): the result is
 //   within a rounding or two of T of kiln_rmsnorm then kiln_linear. eps >= 0, k >= 1.
+// kiln_rmsnorm_linear_qkv_<t>(out, x, norm_w, eps, wq, wk, wv, m, nq, nk, nv, k)
+//   kiln_rmsnorm_linear (epilogue 0) of wq (nq, k), wk (nk, k) and wv (nv, k) stacked into one weight,
+//   in one launch: out (m, nq + nk + nv), row i = [x_i @ wq.T | x_i @ wk.T | x_i @ wv.T] of the
+//   normalized row: a decode step's three projections of one row, as one GEMV that keeps DRAM
+//   busier than three short ones. m <= 8, else (and as kiln_rmsnorm_linear) cudaErrorInvalidValue.
 
 // The declarations of one element type: suffix (f32, f16, bf16) and the C type.
 #define KILN_LLM_DECLARE(SUFFIX, T)                                                                              \
@@ -155,7 +160,11 @@ static cudaError_t launch_chained(void (*kernel)(Params...), dim3 grid, dim3 blo
                                                 int64_t m, int64_t n, int64_t k, cudaStream_t stream);           \
     COURSE_API cudaError_t kiln_rmsnorm_linear_##SUFFIX(int epilogue, T* out, const T* x, const T* norm_w,      \
                                                         float eps, const T* w, const T* extra, int64_t m,       \
-                                                        int64_t n, int64_t k, cudaStream_t stream);
+                                                        int64_t n, int64_t k, cudaStream_t stream);           \
+    COURSE_API cudaError_t kiln_rmsnorm_linear_qkv_##SUFFIX(T* out, const T* x, const T* norm_w, float eps,      \
+                                                            const T* wq, const T* wk, const T* wv, int64_t m,    \
+                                                            int64_t nq, int64_t nk, int64_t nv, int64_t k,        \
+                                                            cudaStream_t stream);
 
 KILN_LLM_DECLARE(f32, float)
 KILN_LLM_DECLARE(f16, __half)
