@@ -253,8 +253,8 @@ VARIANTS: dict[str, Variant] = {
         "kiln_llm/kernels/linear.cu",
         [
             (
-                "        rows[s] = (s < ROWS ? w : extra) + (r < n ? r : n - 1) * k;\n",
-                "        rows[s] = (s < ROWS ? w : w) + (r < n ? r : n - 1) * k;\n",
+                "        rows[s] = s < ROWS ? w.row(rr, k) : extra + rr * k;\n",
+                "        rows[s] = w.row(rr, k);\n",
             ),
             (
                 "                if (inside) src = (r < BN ? w : w3) + gc * k + gk;\n",
@@ -276,6 +276,19 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "kiln_linear_f32",
         "the GEMV launches n / rows_per_block blocks: the last rows stay unwritten when n is not a multiple",
+    ),
+    "03_linear.stack_read_as_one_matrix": Variant(
+        "kiln_llm/kernels/linear.cu",
+        [
+            (
+                "        rows[s] = s < ROWS ? w.row(rr, k) : extra + rr * k;\n",
+                "        rows[s] = s < ROWS ? w.w + rr * k : extra + rr * k;\n",
+            )
+        ],
+        {"wrong"},
+        "kiln_rmsnorm_linear_qkv",
+        "the GEMV finds row r of w at w.w + r * k: right for one matrix, but the stacked q, k and v weights"
+        " are three, and the rows past wq's are read from whatever memory follows it",
     ),
     "03_linear.norm_sum_of_one_lane": Variant(
         "kiln_llm/kernels/linear.cu",
@@ -358,7 +371,7 @@ BATCHES = [
         "03_linear.gemv_last_rows_unwritten",
     ],
     ["01_llama_ops.kv_update_at_zero", "02_llama_kernels.rope_kv_at_row_t", "03_linear.norm_sum_of_one_lane"],
-    ["02_llama_kernels.append_reads_the_cache"],
+    ["02_llama_kernels.append_reads_the_cache", "03_linear.stack_read_as_one_matrix"],
 ]
 SANITIZED: list[str] = []
 AT_BUILD: list[str] = []
