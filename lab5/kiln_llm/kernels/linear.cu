@@ -1,7 +1,8 @@
 // Lab 5 · Task 03 — linear: a GEMV at the memory roofline for decode, a tensor-core GEMM for prefill
 //
 // Implement: gemv_kernel (m <= 8: each warp streams one or two rows of w in 16-byte packets, the
-//            next stage of packets loaded while the current one is multiplied, x's rows read
+//            first stage loaded before the wait for the kernel before, each next stage
+//            loaded while the current one is multiplied, x's rows read
 //            through L1, float32 sums reduced by warp shuffles; with NORM, RMSNorm folded in
 //            front), gemm_tc_kernel (m > 8, f16/bf16:
 //            128 x 128 tiles on the tensor cores through WMMA, the tiles of x and w staged by

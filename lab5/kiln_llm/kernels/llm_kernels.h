@@ -107,8 +107,8 @@ static cudaError_t launch_chained(void (*kernel)(Params...), dim3 grid, dim3 blo
 //   and v_new and stores it on the way. Decode only: n_tokens <= 4 and heads * n_tokens <= 32768 (the
 //   partial sums' scratch), else cudaErrorInvalidValue.
 //   It reads pos and the cache rows below it before waiting for the kernel launched just before it
-//   (launch_chained): that kernel must not write them (in kiln's decode step it is the v projection,
-//   and those rows were written by earlier runs).
+//   (launch_chained): that kernel must not write them (in kiln's decode step it is the q, k and v
+//   projection, and those rows were written by earlier runs).
 //
 // ---- task 03 (linear.cu) -----------------------------------------------------------------------------
 //

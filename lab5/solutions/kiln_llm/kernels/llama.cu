@@ -522,8 +522,9 @@ __global__ void __launch_bounds__(DECODE_THREADS, NT == 1 ? 6 : 1)
     __shared__ float s_m[WARPS][NT], s_l[WARPS][NT];
     __shared__ float s_acc[WARPS][NT][DH];
     // attention_append reads pos and the cache rows below it before waiting for the kernel before (a
-    // decode step's v projection), which the header's contract says does not write them: the first
-    // keys are on their way while that kernel's last blocks finish. The other forms wait first.
+    // decode step's stacked q, k and v projection), which the header's contract says does not write
+    // them: the first keys are on their way while that kernel's last blocks finish. The other forms
+    // wait first.
     const bool early = k_new != nullptr;
     if (!early) {
         wait_for_previous();
