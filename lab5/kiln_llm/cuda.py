@@ -140,33 +140,22 @@ def lower_rope_kv_update(ex: CudaExecutor, node: Node) -> Launch:
     return lambda: fn(cache, value, pos, inv_freq, cache_rows, n_tokens, kv_heads, dh, layout, stream)
 
 
+def _append(ex: CudaExecutor, node: Node, pointers: tuple, sizes: tuple[int, ...]) -> Launch:
+    """The kiln_attention_append launch of either form: pointers (out, q, k_new, v_new, cache_k,
+    cache_v, pos, inv_freq), sizes (n_tokens, heads, kv_heads, dh, cache_rows)."""
+    scale, layout = float(node.attrs["scale"]), LAYOUTS[node.attrs["layout"]]
+    fn, stream = kernel("kiln_attention_append", node), ex.stream_handle
+    args = (*pointers, layout, *sizes, scale, stream)
+    return lambda: fn(*args)
+
+
 @register_cuda("attention_append")
 def lower_attention_append(ex: CudaExecutor, node: Node) -> Launch:
     """attention_append (q, k_new, v_new, cache_k, cache_v, pos, inv_freq): the kernel writes the new
     rows into the two caches (buffers, which outlive the run) and attends over them."""
-    out, q, k_new, v_new, cache_k, cache_v, pos, inv_freq = _tensors(ex, node)
     n_tokens, heads, dh = node.inputs[0].type.shape
     cache_rows, kv_heads, _ = node.inputs[3].type.shape
-    scale, layout = float(node.attrs["scale"]), LAYOUTS[node.attrs["layout"]]
-    fn, stream = kernel("kiln_attention_append", node), ex.stream_handle
-    return lambda: fn(
-        out,
-        q,
-        k_new,
-        v_new,
-        cache_k,
-        cache_v,
-        pos,
-        inv_freq,
-        layout,
-        n_tokens,
-        heads,
-        kv_heads,
-        dh,
-        cache_rows,
-        scale,
-        stream,
-    )
+    return _append(ex, node, tuple(_tensors(ex, node)), (n_tokens, heads, kv_heads, dh, cache_rows))
 
 
 @register_cuda("attention_append_qkv")
@@ -176,29 +165,10 @@ def lower_attention_append_qkv(ex: CudaExecutor, node: Node) -> Launch:
     out, qkv, cache_k, cache_v, pos, inv_freq = _tensors(ex, node)
     _, heads, dh = node.type.shape
     cache_rows, kv_heads, _ = node.inputs[1].type.shape
-    item = node.type.dtype.itemsize
-    base = ex.tensors[node.inputs[0]].data_ptr()
+    base, item = ex.tensors[node.inputs[0]].data_ptr(), node.type.dtype.itemsize
     k_new, v_new = ctypes.c_void_p(base + heads * dh * item), ctypes.c_void_p(base + (heads + kv_heads) * dh * item)
-    scale, layout = float(node.attrs["scale"]), LAYOUTS[node.attrs["layout"]]
-    fn, stream = kernel("kiln_attention_append", node), ex.stream_handle
-    return lambda: fn(
-        out,
-        qkv,
-        k_new,
-        v_new,
-        cache_k,
-        cache_v,
-        pos,
-        inv_freq,
-        layout,
-        1,
-        heads,
-        kv_heads,
-        dh,
-        cache_rows,
-        scale,
-        stream,
-    )
+    pointers = (out, qkv, k_new, v_new, cache_k, cache_v, pos, inv_freq)
+    return _append(ex, node, pointers, (1, heads, kv_heads, dh, cache_rows))
 
 
 # --- task 03's kernels ------------------------------------------------------------------------------
