@@ -165,7 +165,7 @@ def lower_attention_append_qkv(ex: CudaExecutor, node: Node) -> Launch:
     out, qkv, cache_k, cache_v, pos, inv_freq = _tensors(ex, node)
     _, heads, dh = node.type.shape
     cache_rows, kv_heads, _ = node.inputs[1].type.shape
-    base, item = ex.tensors[node.inputs[0]].data_ptr(), node.type.dtype.itemsize
+    base, item = qkv.value, node.type.dtype.itemsize
     k_new, v_new = ctypes.c_void_p(base + heads * dh * item), ctypes.c_void_p(base + (heads + kv_heads) * dh * item)
     pointers = (out, qkv, k_new, v_new, cache_k, cache_v, pos, inv_freq)
     return _append(ex, node, pointers, (1, heads, kv_heads, dh, cache_rows))
@@ -206,8 +206,8 @@ def lower_rmsnorm_linear_qkv(ex: CudaExecutor, node: Node) -> Launch:
     out, x, g, wq, wk, wv = _tensors(ex, node)
     m, k = node.inputs[0].type.shape
     nq, nk, nv = (w.type.shape[0] for w in node.inputs[2:])
-    fn, eps = kernel("kiln_rmsnorm_linear_qkv", node), float(node.attrs["eps"])
-    return lambda: fn(out, x, g, eps, wq, wk, wv, m, nq, nk, nv, k, ex.stream_handle)
+    fn, eps, stream = kernel("kiln_rmsnorm_linear_qkv", node), float(node.attrs["eps"]), ex.stream_handle
+    return lambda: fn(out, x, g, eps, wq, wk, wv, m, nq, nk, nv, k, stream)
 
 
 __all__ = ["SIGNATURES", "kernel", "load_kernels"]

@@ -229,10 +229,10 @@ def find_stacks(graph: Graph) -> tuple[dict[Node, Replacement], set[Node]]:
         shaped: list[Node] = []
         linears: list[Node] = []
         for r in (q, k, v):
-            lin = r.inputs[0] if r.op == "reshape" else r
-            if r.op != "reshape" or lin.op != "rmsnorm_linear" or users[r] != [att] or users[lin] != [r]:
+            if r.op != "reshape" or id(r) in outputs or users[r] != [att]:
                 break
-            if id(r) in outputs or id(lin) in outputs:
+            lin = r.inputs[0]
+            if lin.op != "rmsnorm_linear" or id(lin) in outputs or users[lin] != [r]:
                 break
             shaped.append(r)
             linears.append(lin)
@@ -307,9 +307,11 @@ __all__ = [
     "POINTWISE",
     "PROLOGUE_MAX_ROWS",
     "chain_program",
+    "find_appends",
     "find_chains",
     "find_epilogues",
     "find_prologues",
+    "find_stacks",
     "fuse",
     "grow_chain",
     "rewrite",

@@ -321,9 +321,9 @@ def _attention_append(inputs: Sequence[TensorType], attrs: Mapping[str, Any]) ->
     return _attention_rope([q, cache_k, cache_v, pos, inv_freq], attrs)
 
 
-# The one operator that writes into inputs that are not its output: cache_k and cache_v (inputs 3
-# and 4) must be buffers, whose memory outlives the run and which nothing else reads in it; the
-# fusion pass makes it only under those conditions (kiln_llm/fusion.py, find_appends).
+# With attention_append_qkv below, the operators that write into inputs that are not their output:
+# cache_k and cache_v must be buffers, whose memory outlives the run and which nothing else reads in
+# it; the fusion pass makes them only under those conditions (kiln_llm/fusion.py, find_appends).
 register(
     OpDef(
         "attention_append",
@@ -372,7 +372,7 @@ def _attention_append_qkv(inputs: Sequence[TensorType], attrs: Mapping[str, Any]
     return _attention_append([q, new, new, cache_k, cache_v, pos, inv_freq], attrs)
 
 
-# Writes the caches as attention_append does (the same conditions, fusion.py's find_stacks).
+# Writes the caches as attention_append does (fusion.py's find_stacks makes it from one).
 register(
     OpDef(
         "attention_append_qkv",
