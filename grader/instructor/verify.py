@@ -3,6 +3,8 @@
 With a GPU: every skeleton (run even though untouched) must fail and every reference solution
 must pass. Without one: both must compile, the skeleton must read as "not started", and the
 checks must be able to fail (calibration). Either way the skeletons must match the solutions.
+Then every broken variant (labN/solutions/broken.py) is graded, a GPU's on a GPU, and the
+number caught is printed per lab and mistake class: one that passes fails verify.
 
 Performance targets marked `gate=True` are promises (the lab README quotes them): with a GPU the
 reference solutions of those tasks are timed as `make bench-labN` times them, and a solution that
@@ -15,7 +17,7 @@ import os
 from collections.abc import Callable
 
 from grader import paths, toolchain
-from grader.instructor import skeletons
+from grader.instructor import broken, skeletons
 from grader.instructor.calibration import calibrate
 from grader.parent import runner, scoring
 from grader.parent.static_checks import check_source
@@ -92,7 +94,16 @@ def check_gates(tasks: list[Task], gpu: bool, say: Callable[[str], None]) -> lis
     return problems
 
 
-def verify(labs: list[str], say: callable) -> int:  # type: ignore[valid-type]
+def check_variants(labs: list[str], gpu: bool, say: Callable[[str], None]) -> list[str]:
+    """Grades every broken variant of `labs` (those a CPU can grade, without a GPU) and prints,
+    per lab and mistake class, how many the grader caught; one problem per variant let through."""
+    problems: list[str] = []
+    for lab in (lab for lab in broken.labs() if lab in labs):
+        problems += broken.check_lab(lab, gpu, say)
+    return problems
+
+
+def verify(labs: list[str], say: Callable[[str], None], variants: bool = True) -> int:
     tasks = [t for t in catalogue.all_tasks(labs) if paths.solution_source(t.lab_dir(), t.source).exists()]
     if not tasks:
         say("no reference solutions in this tree (a student release?): nothing to verify")
@@ -142,14 +153,19 @@ def verify(labs: list[str], say: callable) -> int:  # type: ignore[valid-type]
     if notes:
         say("\n".join(notes))
     problems += check_gates(tasks, gpu, say)
+    if variants:
+        say("")
+        problems += check_variants(sorted({t.lab for t in tasks}), gpu, say)
     if problems:
         say("\nproblems:\n  " + "\n  ".join(problems))
         return 1
     gates = ", every performance gate holds" if gpu and gated(tasks) else ""
+    caught = ", every broken variant graded is caught" if variants else ""
     say(
         "verify: every skeleton fails, every solution "
         + ("passes" if gpu else "compiles")
         + ", every check can fail"
         + gates
+        + caught
     )
     return 0

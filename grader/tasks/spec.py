@@ -224,6 +224,11 @@ class Task:
     # sandbox, to make what the task reads (lab 3's trained weights); imported only then, so that
     # declaring a task stays cheap. An exception it raises is the task's `environment` verdict.
     prepare: str | None = None
+    # The mistakes this task's cases are designed to catch: a short class name ("tail", "long
+    # rows", "replayed results") -> the input or check that exposes it. Every class has a broken
+    # variant in labN/solutions/broken.py that must be caught (tests/test_broken_variants.py), and
+    # `make verify` counts the variants caught per class.
+    mistakes: Mapping[str, str] = field(default_factory=dict)
     spec_file: str = ""  # filled in by the grader: where this spec was loaded from
 
     @property

@@ -21,6 +21,7 @@ import pytest
 
 from grader import paths
 from grader.child.pytests import points_of
+from grader.instructor.broken import materialize
 from grader.parent import runner
 from grader.parent.static_checks import check_source
 from grader.records import TaskResult, Verdict
@@ -28,7 +29,6 @@ from grader.tasks.catalogue import load_task
 from grader.tasks.python import PythonTask
 from grader.tasks.regions import find_regions, make_skeleton, not_started
 from grader.tasks.spec import Rule
-from grader.tests.variants import materialize
 
 FIXTURE = Path(__file__).parent / "fixtures" / "python"
 SPEC = FIXTURE / "tests" / "test_92_tinystats.py"
@@ -53,7 +53,7 @@ def no_forkserver() -> Iterator[None]:
 
 
 REFERENCE = FIXTURE / "variants" / "pass.py"  # the reference: not under solutions/, so a student release keeps it
-VARIANTS = {  # broken on purpose: edits of the reference (grader/tests/variants.py)
+VARIANTS = {  # broken on purpose: edits of the reference (grader/instructor/broken.py)
     "wrong": [("    m = mean(xs)\n    return sum((x - m) ** 2", "    return sum(x**2")],  # forgets the mean
     "crash": [
         (

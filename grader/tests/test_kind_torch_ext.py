@@ -25,15 +25,15 @@ import pytest
 
 from grader import paths, toolchain
 from grader.child import torch_ext as child
+from grader.instructor.broken import materialize
 from grader.parent import forkserver, runner
 from grader.records import CheckFailure, TaskResult, Verdict
 from grader.tasks import TorchExtensionTask, TorchOp
 from grader.tasks.catalogue import load_task
 from grader.tasks.spec import Case
-from grader.tests.variants import materialize
 
 FIXTURE = Path(__file__).parent / "fixtures" / "torch_ext"
-# the variants, broken on purpose: edits of the working files (grader/tests/variants.py)
+# the variants, broken on purpose: edits of the working files (grader/instructor/broken.py)
 FORMULA = "out[i] = alpha * x[i] + y[i];"
 
 EDITS = {

@@ -25,8 +25,9 @@ from pathlib import Path
 import pytest
 
 from grader import paths
+from grader.instructor.broken import materialize
 from grader.parent import sandbox
-from grader.tests.variants import materialize, processes_with
+from grader.tests.variants import processes_with
 
 FIXTURE = Path(__file__).parent / "fixtures" / "python"
 SPEC = FIXTURE / "tests" / "test_92_tinystats.py"

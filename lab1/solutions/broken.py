@@ -7,7 +7,7 @@ that an edit no longer applies, the test says so instead of grading a stale copy
 
 from __future__ import annotations
 
-from grader.tests.variants import Variant
+from grader.instructor.broken import Variant
 
 SAXPY_BODY = "    if (i < n) out[i] = alpha * x[i] + y[i];"
 

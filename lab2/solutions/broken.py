@@ -8,7 +8,7 @@ instead of grading a stale copy.
 
 from __future__ import annotations
 
-from grader.tests.variants import Variant
+from grader.instructor.broken import Variant
 
 FUSED_ROWS = (
     "    for (int r = blockIdx.y; r < rows; r += gridDim.y) {\n"

@@ -7,7 +7,7 @@ graded on every machine, CI included.
 
 from __future__ import annotations
 
-from grader.tests.variants import Variant
+from grader.instructor.broken import Variant
 
 VARIANTS: dict[str, Variant] = {
     # --- task 01 (CPU inference in C++)

@@ -7,7 +7,7 @@ their variants are graded on every machine, CI included; the kernels' (03-05) ne
 
 from __future__ import annotations
 
-from grader.tests.variants import Variant
+from grader.instructor.broken import Variant
 
 VARIANTS: dict[str, Variant] = {
     # --- task 01 (the memory planner)

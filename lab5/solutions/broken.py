@@ -11,7 +11,7 @@ length (in the CPU operators and in the kernels), and a loader that accepts a tr
 
 from __future__ import annotations
 
-from grader.tests.variants import Variant
+from grader.instructor.broken import Variant
 
 VARIANTS: dict[str, Variant] = {
     # --- lab 5 task 01 (LLaMA's operators on the CPU), graded on the CPU
