@@ -12,12 +12,50 @@ from grader.instructor.broken import Variant
 SAXPY_BODY = "    if (i < n) out[i] = alpha * x[i] + y[i];"
 
 VARIANTS: dict[str, Variant] = {
+    "00_device_query.block_local_index": Variant(
+        "00_device_query.cu",
+        [
+            (
+                "    int g = blockIdx.x * blockDim.x + threadIdx.x;\n",
+                "    int g = threadIdx.x;  // the thread's number\n",
+            )
+        ],
+        {"wrong"},
+        "wrong",
+        "indexes the slots by threadIdx.x alone: every block writes the first block's slots",
+        mistake="global index",
+    ),
+    "00_device_query.bad_index_succeeds": Variant(
+        "00_device_query.cu",
+        [
+            (
+                "    CUDA_CHECK(cudaGetDeviceProperties(&prop, device));\n",
+                "    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return cudaSuccess;  // nothing here\n",
+            )
+        ],
+        {"wrong"},
+        "does not exist",
+        "a failed query returns cudaSuccess with the structure unfilled",
+        mistake="swallowed error",
+    ),
+    "01_vector_add.no_guard": Variant(
+        "01_vector_add.cu",
+        [
+            ("    if (i < n) c[i] = a[i] + b[i];", "    c[i] = a[i] + b[i];  // one thread per element"),
+            ("<<<1, n>>>", "<<<1, (n + 31) / 32 * 32>>>"),  # whole warps
+        ],
+        {"wrong"},
+        "out of bounds",
+        "launches whole warps and has no `i < n` guard: the spare threads of the last warp write past the end",
+        mistake="tail",
+    ),
     "01_vector_add.never_written": Variant(
         "01_vector_add.cu",
         [("    if (i < n) c[i] = a[i] + b[i];", "    float sum = (i < n) ? a[i] + b[i] : 0.0f;\n    (void)sum;")],
         {"wrong"},
         "never written",
         "computes but never stores",
+        mistake="never written",
     ),
     "02_matrix_add.guard_off_by_one": Variant(
         "02_matrix_add.cu",
@@ -25,6 +63,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "out of bounds",
         "a guard that lets one row past the end",
+        mistake="off-by-one guard",
     ),
     "03_saxpy.no_guard": Variant(
         "03_saxpy.cu",
@@ -32,6 +71,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "out of bounds",
         "no bounds guard",
+        mistake="tail",
     ),
     "03_saxpy.infinite_loop": Variant(
         "03_saxpy.cu",
@@ -39,6 +79,7 @@ VARIANTS: dict[str, Variant] = {
         {"timeout"},
         "never finishes",
         "a loop that never ends",
+        mistake="hang",
     ),
     "03_saxpy.illegal_address": Variant(
         "03_saxpy.cu",
@@ -46,6 +87,7 @@ VARIANTS: dict[str, Variant] = {
         {"crash"},
         "illegal memory access",
         "writes hundreds of GB past its output",
+        mistake="illegal address",
     ),
     "03_saxpy.skips_repeated_calls": Variant(
         "03_saxpy.cu",
@@ -70,6 +112,7 @@ VARIANTS: dict[str, Variant] = {
         "skips its work when called again with the same arguments (a timer that repeats one call saw 11x the copy"
         " bandwidth)",
         timing=True,
+        mistake="replayed results",
     ),
     "03_saxpy.private_stream": Variant(
         "03_saxpy.cu",
@@ -85,6 +128,7 @@ VARIANTS: dict[str, Variant] = {
         "a stream the grader does not wait on",
         "launches on a private non-blocking stream and returns without waiting",
         timing=True,
+        mistake="wrong stream",
     ),
     "04_swap_pairs.writes_input": Variant(
         "04_swap_pairs.cu",
@@ -97,6 +141,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "was modified",
         "overwrites its input",
+        mistake="writes its input",
     ),
     "04_swap_pairs.sync_misplaced": Variant(
         "04_swap_pairs.cu",
@@ -114,6 +159,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong", "sanitizer"},
         "",
         "the barrier sits before the loads, so nothing orders loads and reads",
+        mistake="race",
     ),
     "03_saxpy.thrust_alias": Variant(
         "03_saxpy.cu",
@@ -141,6 +187,7 @@ VARIANTS: dict[str, Variant] = {
         {"rule violation"},
         "thrust/transform.h",
         "Thrust through a macro-spelled #include and a namespace alias: no library name is spelled out",
+        mistake="library by spelling",
     ),
     "04_swap_pairs.shared_unused": Variant(
         "04_swap_pairs.cu",
@@ -155,6 +202,7 @@ VARIANTS: dict[str, Variant] = {
         {"rule violation"},
         "0 bytes of shared memory",
         "a __shared__ tile declared but never used and a bare __syncthreads(): swaps straight from global memory",
+        mistake="dead code",
     ),
     "05_silu.unchecked": Variant(
         "05_silu.cu",
@@ -176,9 +224,15 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "returned cudaSuccess",
         "checks no runtime call",
+        mistake="unchecked errors",
     ),
     "05_silu.leaks": Variant(
-        "05_silu.cu", [("    CUDA_CHECK(cudaFree(d_y));\n", "")], {"wrong"}, "leaks", "never frees one of its buffers"
+        "05_silu.cu",
+        [("    CUDA_CHECK(cudaFree(d_y));\n", "")],
+        {"wrong"},
+        "leaks",
+        "never frees one of its buffers",
+        mistake="leak",
     ),
     "05_silu.leaks_on_failure": Variant(
         "05_silu.cu",
@@ -186,6 +240,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "leaked",
         "returns at the first error, before the frees: a failed second allocation leaks the first",
+        mistake="leak on failure",
     ),
     "06_max_pool.sync_misplaced": Variant(
         "06_max_pool.cu",
@@ -199,6 +254,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong", "sanitizer"},
         "",
         "the barrier sits before the loads instead of between loads and reads",
+        mistake="race",
     ),
     "02_matrix_add.int_offsets": Variant(
         "02_matrix_add.cu",
@@ -207,6 +263,7 @@ VARIANTS: dict[str, Variant] = {
         "",
         "32-bit flat offsets: row * cols overflows past 2^31 elements",
         huge=True,
+        mistake="32-bit offsets",
     ),
     "07_histogram.no_zero": Variant(
         "07_histogram.cu",
@@ -214,6 +271,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "wrong",
         "forgets to zero the bins",
+        mistake="bins not zeroed",
     ),
 }
 
@@ -228,7 +286,8 @@ BATCHES = [
         "06_max_pool.sync_misplaced",
         "07_histogram.no_zero",
     ],
-    ["03_saxpy.illegal_address", "05_silu.leaks"],
+    ["03_saxpy.illegal_address", "05_silu.leaks", "00_device_query.block_local_index", "01_vector_add.no_guard"],
+    ["00_device_query.bad_index_succeeds"],
     ["03_saxpy.no_guard", "04_swap_pairs.shared_unused", "05_silu.leaks_on_failure"],
     ["03_saxpy.thrust_alias"],
 ]

@@ -94,6 +94,11 @@ TASK = CudaTask(
     make_inputs=make_inputs,
     rules=[NO_LIBRARIES],
     checks=[device_properties_match_torch],
+    mistakes={
+        "global index": "launches of several blocks (<<<2,33>>>, <<<1000,96>>>): a slot indexed by threadIdx.x "
+        "alone is written by every block and the other slots stay unwritten",
+        "swallowed error": "query_device on a device index that does not exist must return the error, not cudaSuccess",
+    },
 )
 
 

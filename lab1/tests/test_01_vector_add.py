@@ -14,6 +14,11 @@ TASK = elementwise(
     sizes=[1, 2, 31, 32, 33, 255, 1000, 1024],  # one block holds at most 1024 threads
     timing_size=1024,
     rules=[NO_LIBRARIES],
+    mistakes={
+        "never written": "outputs are filled with NaN first: a kernel that computes but never stores leaves them",
+        "tail": "sizes 1, 31, 33, 255, 1000 are not multiples of a block: a missing `i < n` guard writes into the "
+        "canary past the end",
+    },
 )
 
 

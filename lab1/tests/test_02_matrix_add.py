@@ -19,6 +19,10 @@ TASK = elementwise(
     huge_sizes=[(32769, 65536)],  # 2^31 + 2^16 elements, 8 GiB per matrix
     timing_size=(4096, 4096),
     rules=[NO_LIBRARIES],
+    mistakes={
+        "off-by-one guard": "17 x 17, 31 x 33, 100 x 257: a guard such as `row <= rows` writes one row past the end",
+        "32-bit offsets": "32769 x 65536 (make grade): `int i = row * cols + col` overflows past 2^31 elements",
+    },
 )
 
 

@@ -44,6 +44,12 @@ TASK = CudaTask(
         uses_shared_memory("this task is about shared memory: stage the block's elements in a __shared__ tile"),
         uses_syncthreads("threads read what other threads wrote to shared memory: that needs __syncthreads()"),
     ],
+    mistakes={
+        "writes its input": "inputs are compared with a copy after the call: swapping in place is caught",
+        "race": "a barrier before the loads instead of between loads and reads: runs disagree or the sanitizer's "
+        "racecheck reports the hazard",
+        "dead code": "the shared-memory rule reads what ptxas allocated: an unused __shared__ tile is compiled away",
+    },
 )
 
 

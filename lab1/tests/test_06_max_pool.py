@@ -65,6 +65,10 @@ TASK = CudaTask(
         uses_syncthreads("every thread reads tile elements other threads loaded: __syncthreads() in between"),
     ],
     perf=[PerfTarget("max_pool_4x4", "speedup", 2.0, 2, gate=True)],
+    mistakes={
+        "race": "a barrier before the tile's loads: threads read halo elements before they are loaded, so "
+        "outputs are wrong or two runs disagree",
+    },
 )
 
 

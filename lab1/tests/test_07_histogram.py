@@ -60,6 +60,9 @@ TASK = CudaTask(
         uses_shared_memory("histogram_shared keeps a private histogram per block in a __shared__ array"),
     ],
     perf=[PerfTarget("histogram_shared", "speedup_over:histogram_global", 2.0, 2, gate=True)],
+    mistakes={
+        "bins not zeroed": "the bins are filled with a sentinel before the call: counts added to them are wrong",
+    },
 )
 
 
