@@ -46,6 +46,28 @@ def bits(t: torch.Tensor, dtype: str) -> torch.Tensor:
     return t.view(getattr(torch, _BITS[dtype]))
 
 
+ALIGN = 256  # bytes: the largest alignment a kernel may exploit (cudaMalloc gives at least this)
+
+
+def twin(t: torch.Tensor) -> torch.Tensor:
+    """A copy of `t` in new memory, the same in everything a kernel's result may depend on: values,
+    shape, strides, and the address modulo ALIGN. A determinism run on a plain `clone()` would get
+    an aligned, contiguous copy of a misaligned view, and an honest kernel that peels its unaligned
+    head (or picks a vector width by alignment) would add in another order and disagree."""
+    import torch
+
+    if not isinstance(t, torch.Tensor) or t.device.type != "cuda":
+        return t.clone() if hasattr(t, "clone") else t
+    es = t.element_size()
+    extent = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True)) if t.numel() else 0
+    base = torch.empty(extent + ALIGN // es, dtype=t.dtype, device=t.device)
+    shift = (t.data_ptr() - base.data_ptr()) % ALIGN
+    assert shift % es == 0, "tensors are aligned to their element size"
+    out = base.as_strided(tuple(t.shape), t.stride(), shift // es)
+    out.copy_(t)
+    return out
+
+
 @dataclass
 class Guarded:
     dtype: str

@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grader.child import timing
-from grader.child.buffers import Guarded, bits, guarded
+from grader.child import observe, timing
+from grader.child.buffers import PREFILL, Guarded, bits, guarded, twin
 from grader.child.compare import judge
 from grader.child.context import RunContext, chosen_cases, returned_error, seed_for
 from grader.child.ffi import EntryPoint, HarnessError, Library
@@ -121,8 +121,8 @@ def run_case(task: CudaTask, entry: Entry, ep: EntryPoint, case: Case, ctx: RunC
                 f"{where}: input `{arg.name}` was modified ({changed} elements changed); inputs are read-only",
             )
     judged_after_call(lambda: check_outputs(task, entry, outs, expected, where), where)
-    if task.deterministic:
-        values2, outs2 = prepare(task, entry, clones, shapes)
+    if task.deterministic:  # the same inputs at equally aligned addresses: only a race can differ
+        values2, outs2 = prepare(task, entry, {k: twin(v) for k, v in clones.items()}, shapes)
         call(ep, values2, where + " (second run)")
 
         def agree() -> None:
@@ -137,7 +137,59 @@ def run_case(task: CudaTask, entry: Entry, ep: EntryPoint, case: Case, ctx: RunC
                     )
 
         judged_after_call(agree, where + " (second run)")
+    called_again(task, entry, ep, case, draw, inputs, values, outs, where)
     return CaseRecord(case.label, entry.symbol)
+
+
+REPEAT_DRAW = 1 << 20  # the draw of the inputs a repeated call gets: no case or timing round uses it
+
+
+def called_again(
+    task: CudaTask,
+    entry: Entry,
+    ep: EntryPoint,
+    case: Case,
+    draw: int,
+    inputs: dict[str, Any],
+    values: dict[str, Any],
+    outs: dict[str, Guarded],
+    where: str,
+) -> None:
+    """The call once more with the very same arguments, its input buffers refilled in place with
+    another draw and its outputs poisoned again. Code that remembers its arguments (pointers,
+    sizes) and skips or replays work when they come again, or that kept a copy of an input (the
+    weights) from the first call, is right the first time and wrong now: the verdict says so."""
+    import torch
+
+    fresh = seeded_inputs(task, [entry], case, REPEAT_DRAW + draw)
+    again = dict(fresh)
+    for arg in entry.args:
+        if not isinstance(arg, Buffer):  # the same scalars as the first call: only the buffers change
+            again[arg.name] = inputs[arg.name]
+        elif arg.role == "in":  # the same buffer, refilled
+            inputs[arg.name].copy_(fresh[arg.name])
+            again[arg.name] = inputs[arg.name]
+    expected = entry.reference(clone_values(again))
+    for arg in entry.buffers():
+        if arg.role == "out":
+            bits(outs[arg.name].data, outs[arg.name].dtype).fill_(PREFILL[outs[arg.name].dtype])
+        elif arg.role == "inout":
+            outs[arg.name].data.copy_(again[arg.name].reshape(outs[arg.name].shape))
+    if any(b.host for b in entry.buffers()):
+        torch.cuda.synchronize()
+    there = f"{where} (called again with the same buffers, refilled with new inputs)"
+    call(ep, values, there)
+    try:
+        judged_after_call(lambda: check_outputs(task, entry, outs, expected, there), there)
+    except CheckFailure as e:
+        if e.verdict != Verdict.WRONG or STREAM_CAUSE in e.message:
+            raise
+        raise CheckFailure(
+            Verdict.WRONG,
+            f"{e.message}\nThe first call with these buffers was right: the code recognised its arguments and "
+            f"skipped or replayed work, or kept a copy of an input from an earlier call. Each call must compute "
+            f"its outputs from what its inputs hold when it is made.",
+        ) from None
 
 
 def call(ep: EntryPoint, values: dict[str, Any], where: str) -> None:
@@ -244,6 +296,9 @@ def run(task: CudaTask, job: ChildJob, rec: Recorder) -> None:
                 for draw in range(draws):
                     rec.set(phase=f"{entry.symbol}, case {case.label}")
                     report.cases.append(run_case(task, entry, eps[entry.symbol], case, ctx, draw))
+        if observe.observed_rules(task):  # the rules on what a call launched: once per task, not per timed call
+            rec.set(phase="observing one call of each entry point the rules name (torch.profiler)")
+            observe.check(task, job, Path(job.lib), eps, ctx.notes)
         ladder = job.timing == "ladder" and task.ladder is not None
         timed = task.timed_cases(bench=job.timing == "ladder")  # ladder: make bench-labN
         if job.timing != "off" and not job.sanitize and (timed or ladder):

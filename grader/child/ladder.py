@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from grader.child import timing
-from grader.child.buffers import PREFILL, Guarded, bits
+from grader.child.buffers import PREFILL, Guarded, bits, twin
 from grader.child.context import returned_error
 from grader.child.cudalib import check_outputs, prepare, seeded_inputs, stream_failure
 from grader.child.ffi import EntryPoint
@@ -204,6 +204,14 @@ class Rung:
         if failed:
             if self.on_private_stream():
                 raise stream_failure(self.where)
+            if self.skips_repeats():
+                raise CheckFailure(
+                    Verdict.WRONG,
+                    f"{self.where}: the timed calls were not all computed: {len(failed)} of {n} left wrong outputs, "
+                    f"and the grader saw why: called twice in a row with the same arguments, the first call computed "
+                    f"its outputs and the second left the grader's poison in them. Each call must compute its "
+                    f"outputs from its inputs, even when the arguments repeat.",
+                )
             worst = max(failed, key=lambda r: bad[r])
             detail = f"after the worst, {bad[worst]} elements were wrong"
             if unwritten[worst]:
@@ -228,33 +236,62 @@ class Rung:
 
     def on_private_stream(self) -> bool:
         """True when the work ran on a stream that torch's stream does not wait for (a private
-        non-blocking one). Two calls on one set: in order, the outputs must come out right; then
-        queued behind a long sleep and the poison on torch's stream. Work on torch's stream (or the
-        legacy default stream, or a blocking stream) runs after the poison and is right again; work
-        on a private non-blocking stream runs during the sleep, and the poison then covers it."""
+        non-blocking one). Two calls, in order, each on its own buffer set (so that code which
+        skips a call repeating the last one's arguments computes both): the first waited for, so
+        its outputs must come out right; the second queued behind a long sleep and its poison on
+        torch's stream. Work on torch's stream (or the legacy default stream, or a blocking
+        stream) runs after the poison and is right; work on a private non-blocking stream runs
+        during the sleep, and the poison then covers it."""
         import torch
 
         if self.entry.host:  # host-pointer entries copy synchronously: nothing escapes
             return False
-        slot = 0
-        d = self.sets.holding(slot)
-        bounds = self.sets.datasets[d].bounds[self.entry.symbol]
-
-        def right() -> bool:
-            return all(int(bounds[n].count_bad(g.data)) == 0 for n, g in self.outs[slot].items())
-
+        first, second = 0, 1 % self.sets.sets
         torch.cuda.synchronize()
-        self.poison(slot, d)
-        torch.cuda.synchronize()
-        self.ep.call_raw(self.marshalled(slot, d))
-        torch.cuda.synchronize()
-        if not right():
+        if not self._called_right(first):
             return False  # wrong even when waited for: not a stream problem
         torch.cuda._sleep(SLEEP_CYCLES)
+        return not self._called_right(second, wait=False)
+
+    def skips_repeats(self) -> bool:
+        """True when a call that repeats the previous call's arguments leaves its outputs wrong
+        although the same call, made first, computed them: work skipped because the arguments were
+        recognised. Both calls use buffers no timed call has seen (fresh addresses, same values)."""
+        import torch
+
+        d = self.sets.holding(0)
+        data = self.sets.datasets[d]
+        bounds = data.bounds[self.entry.symbol]
+        shapes = {name: g.shape for name, g in self.outs[0].items()}
+        values, outs = prepare(self.task, self.entry, {k: twin(v) for k, v in data.inputs.items()}, shapes)
+        args = self.ep.marshal(values)
+
+        def called_right() -> bool:
+            for name, g in outs.items():
+                if self.roles[name] == "out":
+                    bits(g.data, g.dtype).fill_(PREFILL[g.dtype])
+                else:
+                    g.data.copy_(data.inputs[name].reshape(g.shape))
+            torch.cuda.synchronize()
+            self.ep.call_raw(args)
+            torch.cuda.synchronize()
+            return all(int(bounds[n].count_bad(g.data)) == 0 for n, g in outs.items())
+
+        return called_right() and not called_right()
+
+    def _called_right(self, slot: int, wait: bool = True) -> bool:
+        """Poisons `slot`'s outputs, calls on its arguments and says whether they came out right
+        (`wait`: the poison is finished before the call is made)."""
+        import torch
+
+        d = self.sets.holding(slot)
+        bounds = self.sets.datasets[d].bounds[self.entry.symbol]
         self.poison(slot, d)
+        if wait:
+            torch.cuda.synchronize()
         self.ep.call_raw(self.marshalled(slot, d))
         torch.cuda.synchronize()
-        return not right()
+        return all(int(bounds[n].count_bad(g.data)) == 0 for n, g in self.outs[slot].items())
 
     def check_limits(self, row: Timing, bytes_moved: float | None) -> None:
         reserved = timing.persisting_l2_bytes()

@@ -108,10 +108,28 @@ VARIANTS: dict[str, Variant] = {
             )
         ],
         {"wrong"},
-        "not all computed",
+        "recognised its arguments",
         "skips its work when called again with the same arguments (a timer that repeats one call saw 11x the copy"
         " bandwidth)",
-        timing=True,
+        mistake="replayed results",
+    ),
+    "03_saxpy.skips_a_repeat_of_the_last_call": Variant(
+        "03_saxpy.cu",
+        [
+            (
+                "COURSE_API cudaError_t saxpy(int n, float alpha, const float* x, const float* y, float* out) {\n",
+                "COURSE_API cudaError_t saxpy(int n, float alpha, const float* x, const float* y, float* out) {\n"
+                "    // the same call as the last one: its output is already there\n"
+                "    static const float* last_x = nullptr;\n"
+                "    static float* last_out = nullptr;\n"
+                "    if (x == last_x && out == last_out) return cudaSuccess;\n"
+                "    last_x = x;\n"
+                "    last_out = out;\n",
+            )
+        ],
+        {"wrong"},
+        "recognised its arguments",
+        "skips a call that repeats the previous one's pointers (the grader once blamed a private stream for it)",
         mistake="replayed results",
     ),
     "03_saxpy.private_stream": Variant(
@@ -287,7 +305,8 @@ BATCHES = [
         "07_histogram.no_zero",
     ],
     ["03_saxpy.illegal_address", "05_silu.leaks", "00_device_query.block_local_index", "01_vector_add.no_guard"],
-    ["00_device_query.bad_index_succeeds"],
+    ["00_device_query.bad_index_succeeds", "03_saxpy.skips_repeated_calls"],
+    ["03_saxpy.skips_a_repeat_of_the_last_call"],
     ["03_saxpy.no_guard", "04_swap_pairs.shared_unused", "05_silu.leaks_on_failure"],
     ["03_saxpy.thrust_alias"],
 ]
@@ -296,4 +315,4 @@ SANITIZED = ["04_swap_pairs.sync_misplaced"]  # graded with compute-sanitizer as
 AT_BUILD = ["03_saxpy.thrust_alias", "04_swap_pairs.shared_unused"]
 HUGE = ["02_matrix_add.int_offsets"]  # graded with the cases past 2^31 elements (tens of GB of GPU memory)
 # graded with timing on (quick): they pass every correctness check and game only the timed calls
-TIMED = ["03_saxpy.skips_repeated_calls", "03_saxpy.private_stream"]
+TIMED = ["03_saxpy.private_stream"]

@@ -29,8 +29,8 @@ TASK = elementwise(
         "tail": "n = 2^26 + 3 and other sizes off the block size: no bounds guard writes past the end",
         "hang": "a loop that never ends is killed at the task's time limit, and the other tasks go on",
         "illegal address": "a write far outside the output is an illegal memory access, reported as a crash",
-        "replayed results": "every timed call gets fresh inputs: code that recognises repeated arguments and "
-        "skips the work is found by the check after each call",
+        "replayed results": "every case is called a second time on the same buffers refilled with new inputs, "
+        "and every timed call gets fresh inputs: code that recognises its arguments and skips the work is wrong",
         "wrong stream": "a call queued behind a long sleep on the default stream: work on a private "
         "non-blocking stream finishes after the grader reads the output",
         "library by spelling": "the library rule reads the headers the preprocessor opened, so a macro-spelled "
