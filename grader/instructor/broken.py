@@ -160,7 +160,7 @@ def grade(lab: str, names: list[str], sanitize: bool, huge: bool = False, timing
     # (a cold build takes about a minute), and a Python task's tests build kernels and run models
     # there (lab 5's generation on the GPU): their own limits, not a kernel's
     slow = NotebookTask | TorchExtensionTask | PythonTask
-    timeout = max([timeout] + [t.timeout or 0 for t in chosen if isinstance(t, slow)])
+    timeout = max([timeout] + [t.timeout or 60 for t in chosen if isinstance(t, slow)])
     opts = runner.Options(timing=timing, sanitize=sanitize, huge=huge, timeout=timeout)
     return dict(zip(names, runner.grade(chosen, opts, files), strict=True))
 

@@ -26,6 +26,7 @@ VARIANTS: dict[str, Variant] = {
         # element in): its message says "is wrong for", not "never written"
         "wrong",
         "the odd last element after the last whole pair is never added",
+        mistake="tail",
     ),
     "07_fusion.bias_by_row": Variant(
         "07_fusion.cu",
@@ -36,6 +37,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "wrong",
         "indexes bias by the row instead of the column (right only for 1x1; 3x5 reads bias in bounds)",
+        mistake="bias broadcast axis",
     ),
     "07_fusion.no_row_loop": Variant(
         "07_fusion.cu",
@@ -49,6 +51,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "never written",
         "no loop over the rows beyond gridDim.y: rows 65535 and on of the 70000-row case stay unwritten",
+        mistake="rows past the grid",
     ),
     "10_reduction.last_warp_race": Variant(
         "10_reduction.cu",
@@ -62,6 +65,7 @@ VARIANTS: dict[str, Variant] = {
         "",
         "rung 4's last warp reads its neighbour's shared-memory value with no __syncwarp after the write"
         " (one __syncwarp is left, so the source rule that requires it is satisfied)",
+        mistake="missing __syncwarp",
     ),
     "10_reduction.drops_the_tail": Variant(
         "10_reduction.cu",
@@ -72,6 +76,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "wrong",
         "rung 6 forgets the (up to 3) elements after the last whole float4",
+        mistake="tail",
     ),
     "02_divergence.wrong_piece": Variant(
         "02_divergence.cu",
@@ -85,6 +90,7 @@ VARIANTS: dict[str, Variant] = {
         "wrong",
         "compares with the upper boundary of piece k instead of its lower one, so each value gets the"
         " parameters of the piece on its left (or piece 0's): most elements are wrong from n = 1 on",
+        mistake="wrong piece",
     ),
     "02_divergence.no_grid_stride": Variant(
         "02_divergence.cu",
@@ -105,6 +111,7 @@ VARIANTS: dict[str, Variant] = {
         "never written",
         "no grid-stride loop: the grid holds one wave of blocks (about 2.7e5 threads on an H100), so the"
         " elements past it in n = 2^20+7 and 2^24 are never written",
+        mistake="no grid-stride loop",
     ),
     "02_divergence.boundary_to_the_right": Variant(
         "02_divergence.cu",
@@ -118,6 +125,7 @@ VARIANTS: dict[str, Variant] = {
         "wrong",
         "`>=` instead of `>`: x exactly -1, 0 or 1 gets the piece on the right, 0.25 to 0.69 off; only"
         " those elements are wrong (every 16th from the 6th cycles through them, so n >= 22 has a 0)",
+        mistake="boundary value",
     ),
     # --- task 03: waves and tails (batches: see the note at the end) ---
     "03_waves.occupancy_from_threads": Variant(
@@ -136,6 +144,7 @@ VARIANTS: dict[str, Variant] = {
         "counts threads only",
         "blocks per SM from maxThreadsPerMultiProcessor / threads: right for busy_kernel with 1024 and 256 threads,"
         " wrong once 40 KiB of shared memory per block lets only 5 (H100) or 4 (A100) blocks in, not 8",
+        mistake="threads-only occupancy",
     ),
     "03_waves.hardcoded_sms": Variant(
         "03_waves.cu",
@@ -149,6 +158,7 @@ VARIANTS: dict[str, Variant] = {
         "never from a constant",
         "the SM count written as 132: right on an H100 SXM or H200, so only the source rule catches it there"
         " (on any other card the comparison with torch's SM count would too)",
+        mistake="hard-coded device",
     ),
     "03_waves.waves_round_down": Variant(
         "03_waves.cu",
@@ -161,6 +171,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "round up",
         "integer division rounds the waves down: 265 blocks at 264 per wave counted as 1 wave, not 2",
+        mistake="waves rounded down",
     ),
     "03_waves.waves_in_double": Variant(
         "03_waves.cu",
@@ -174,6 +185,7 @@ VARIANTS: dict[str, Variant] = {
         "2^53",
         "ceil of a double division: right for every grid that fits a GPU, wrong past 2^53 blocks, where"
         " (double)(2^53 + 1) is 2^53",
+        mistake="double past 2^53",
     ),
     "08_inline_ptx.float_as_r": Variant(
         "08_inline_ptx.cu",
@@ -187,6 +199,7 @@ VARIANTS: dict[str, Variant] = {
         "`out`",
         'passes b with the integer letter "r": nvcc refuses a float there, and the cast that silences it'
         " converts the value (1.7 becomes 1, negatives 0), whose bits fma.rn.f32 then reads as a denormal",
+        mistake="constraint letter",
     ),
     "08_inline_ptx.lane_from_threadidx": Variant(
         "08_inline_ptx.cu",
@@ -195,6 +208,7 @@ VARIANTS: dict[str, Variant] = {
         "`lanes`",
         "takes the lane from threadIdx.x (lane_id keeps its %laneid, so the rule holds): in the given 16 x 16"
         " blocks a warp is two rows, and every thread of an odd row is 16 lanes off (n = 1 passes, n = 31 fails)",
+        mistake="lane from threadIdx",
     ),
     "08_inline_ptx.fma_in_a_comment": Variant(
         "08_inline_ptx.cu",
@@ -210,6 +224,7 @@ VARIANTS: dict[str, Variant] = {
         "fma.rn.f32",
         "a * b + c with the PTX only in a comment: right to the bit (nvcc contracts it into an FMA), caught by"
         " the source rule, which reads the code without its comments",
+        mistake="rule dodged in a comment",
     ),
     "08_inline_ptx.bfe_operands_swapped": Variant(
         "08_inline_ptx.cu",
@@ -217,6 +232,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "`fields`",
         "gives bfe.u32 the length before the position (bfe.u32 d, a, pos, len): only fields with pos == len survive",
+        mistake="operand order",
     ),
     # --- task 11 (transpose). Batches: "11_transpose.store_unguarded" and
     # "11_transpose.out_index_swapped" each in a BATCHES batch (different batches: one variant per
@@ -246,6 +262,7 @@ VARIANTS: dict[str, Variant] = {
         "out of bounds",
         "rung 3 guards the tile's loads but not its stores: a tile that overhangs the matrix writes past"
         " the end of out (and over its last rows, with tile entries that were never loaded)",
+        mistake="tile overhang",
     ),
     "11_transpose.barrier_before_loads": Variant(
         "11_transpose.cu",
@@ -260,6 +277,7 @@ VARIANTS: dict[str, Variant] = {
         "",
         "rung 2's barrier sits before the tile's loads instead of between the loads and the column reads:"
         " a warp reads tile rows the other 7 warps may not have stored yet (the barrier rule still holds)",
+        mistake="missing barrier",
     ),
     "11_transpose.out_index_swapped": Variant(
         "11_transpose.cu",
@@ -283,6 +301,7 @@ VARIANTS: dict[str, Variant] = {
         # right on the square 1x1; the 1x33 case stores row r of out at r * 33, up to index 1056 of 33
         "out of bounds",
         "rung 2 strides out's rows by cols (in's row length) instead of rows: right on square matrices only",
+        mistake="non-square",
     ),
     "11_transpose.no_padding": Variant(
         "11_transpose.cu",
@@ -293,6 +312,7 @@ VARIANTS: dict[str, Variant] = {
         ", so it must earn no performance points",
         timing=True,
         perf_points=0,
+        mistake="bank conflicts",
     ),
     "12_scan.offset_to_wrong_block": Variant(
         "12_scan.cu",
@@ -301,6 +321,7 @@ VARIANTS: dict[str, Variant] = {
         "wrong",
         "phase 3 adds to tile b the inclusive scan of the totals up to b itself (offsets[b], not"
         " offsets[b - 1]): every tile after the first counts its own total twice (rungs 1 and 2)",
+        mistake="block offset",
     ),
     "12_scan.hillis_steele_race": Variant(
         "12_scan.cu",
@@ -310,6 +331,7 @@ VARIANTS: dict[str, Variant] = {
         "rung 1 drops the barrier between its doubling steps, trusting the double buffer: a warp reads"
         " a neighbour's value before that warp has written it (the barrier after the loads is left, so"
         " the kernel still has one)",
+        mistake="missing barrier",
     ),
     "12_scan.pair_guard_drops_tail": Variant(
         "12_scan.cu",
@@ -327,6 +349,7 @@ VARIANTS: dict[str, Variant] = {
         "never written",
         "rung 2 guards both of a thread's stores with the index of the second one: in the last partial"
         " tile the elements whose partner lies past the end are never written (n = 1 already)",
+        mistake="tail",
     ),
     "12_scan.exclusive": Variant(
         "12_scan.cu",
@@ -342,6 +365,7 @@ VARIANTS: dict[str, Variant] = {
         "wrong",
         "rung 2 stores the down-sweep's exclusive scan as it is, without adding each element back:"
         " out[0] = 0 and every prefix misses its own element",
+        mistake="exclusive scan",
     ),
     # --- task 13 (softmax ladder and layer norm). Batches: each of the four in a different
     # BATCHES batch (one variant of a task per grading run); none needs SANITIZED, TIMED or HUGE.
@@ -365,6 +389,7 @@ VARIANTS: dict[str, Variant] = {
         "wrong",
         "rung 4 keeps its running max but sums and writes exp(x) unshifted: right for randn * 3 inputs"
         " (exp(17) fits a float), inf / inf = NaN on the large-input case (100 x + 50 reaches 1500)",
+        mistake="overflow",
     ),
     "13_softmax.first_warp_only": Variant(
         "13_softmax.cu",
@@ -378,6 +403,7 @@ VARIANTS: dict[str, Variant] = {
         "wrong",
         "rung 3's block_sum returns the first warp's total to every thread and drops the other warps':"
         " right while a row's block is one warp (cols <= 512 here), wrong from 7x1000 on (2 warps)",
+        mistake="multi-warp block",
     ),
     "13_softmax.write_stops_at_blockdim": Variant(
         "13_softmax.cu",
@@ -391,6 +417,7 @@ VARIANTS: dict[str, Variant] = {
         "never written",
         "rung 2's max and sum stride over the whole row, but its write covers only the first blockDim.x"
         " (256) columns: columns 256 and on of 7x1000 keep the grader's poison",
+        mistake="long rows",
     ),
     "13_softmax.unbiased_variance": Variant(
         "13_softmax.cu",
@@ -403,7 +430,9 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "wrong",
         "layer norm divides M2 by cols - 1 (the unbiased variance, torch.var's default) where layer norm"
-        " uses the biased one: 0 / 0 = NaN at cols = 1, 1.5% off at 1x33, 0.05% at 1000 columns",
+        " uses the biased one: 0 / 0 = NaN at cols = 1, 1.5% off at 1x33, 0.05% at 1000 columns. The"
+        " large-mean check runs first and catches it at 8x33 (errors up to about 5e-2 against its 2e-2)",
+        mistake="unbiased variance",
     ),
     "15_sgemm.ignores_k_tail": Variant(
         "15_sgemm.cu",
@@ -417,6 +446,7 @@ VARIANTS: dict[str, Variant] = {
         "wrong",
         "rung 7's K loop stops at the last whole step of BK = 16: the last K % 16 terms of every dot product are"
         " never added (all of them when K < 16: 1x1x1 gives zeros; 33x17x65 misses one term)",
+        mistake="K tail",
     ),
     "15_sgemm.no_barrier_before_next_tile": Variant(
         "15_sgemm.cu",
@@ -426,6 +456,7 @@ VARIANTS: dict[str, Variant] = {
         "rung 3 has no barrier between the products of one K step and the loads of the next: a fast warp"
         " overwrites the shared tiles while slower warps still read them (K > 32: 65x129x31 and larger; one"
         " barrier is left, so the barrier rule is satisfied)",
+        mistake="missing barrier",
     ),
     "15_sgemm.no_row_guard_on_store": Variant(
         "15_sgemm.cu",
@@ -434,6 +465,7 @@ VARIANTS: dict[str, Variant] = {
         "out of bounds",
         "store4 (rungs 6 and 7) checks the column but not the row: the threads of a 128 x 128 tile that sticks out"
         " of C write rows M and beyond (1x1x1: 127 floats past the end of C, inside the grader's fence)",
+        mistake="tile overhang",
     ),
     "15_sgemm.a_column_major": Variant(
         "15_sgemm.cu",
@@ -451,6 +483,7 @@ VARIANTS: dict[str, Variant] = {
         "wrong",
         "rung 2 reads A as if it were column-major (A[k * M + row]): every index stays inside A, so nothing"
         " crashes, and the cases with M = 1 or K = 1 still pass; 33x17x65 is wrong",
+        mistake="layout",
     ),
     # --- task 00: profile first (batches: see the note at the end) ---
     "00_profile_first.malloc_every_round": Variant(
@@ -488,6 +521,7 @@ VARIANTS: dict[str, Variant] = {
         "smooth_fast keeps smooth_slow's cudaMalloc and cudaFree of a fresh buffer every round (256-thread"
         " blocks, no host round trip: a device-to-device copy into y instead); correct, but cudaFree waits for"
         " the round every time, and the source rule on smooth_fast's body catches the calls before any build",
+        mistake="allocation per round",
     ),
     "00_profile_first.edges_not_clamped": Variant(
         "00_profile_first.cu",
@@ -504,6 +538,7 @@ VARIANTS: dict[str, Variant] = {
         "",
         "smooth_kernel reads src[i - 1] and src[i + 1] without clamping them: element 0 reads the float"
         " before the buffer, element n - 1 the one after it (from the first case, n = 1)",
+        mistake="edges",
     ),
     "00_profile_first.odd_iters_end_in_scratch": Variant(
         "00_profile_first.cu",
@@ -520,6 +555,7 @@ VARIANTS: dict[str, Variant] = {
         "never written",
         "the ping-pong always starts in the scratch buffer: right for an even iters, but an odd iters ends"
         " there and leaves y holding the round before (iters = 1: y never written)",
+        mistake="odd rounds",
     ),
     "00_profile_first.one_thread_per_block": Variant(
         "00_profile_first.cu",
@@ -537,6 +573,7 @@ VARIANTS: dict[str, Variant] = {
         " slow one, so it must earn no performance points",
         timing=True,
         perf_points=0,
+        mistake="slow kernel kept",
     ),
     # --- task 04 (streams, pinned memory, a graph). Batches: "04_streams.no_wait",
     # "04_streams.graph_never_rebuilt" and "04_streams.staging_never_grows" each in a different
@@ -557,6 +594,7 @@ VARIANTS: dict[str, Variant] = {
         " pipeline_graph (which captures the same calls) take about as long as pipeline_serial",
         timing=True,
         perf_points=0,
+        mistake="no overlap",
     ),
     "04_streams.no_wait": Variant(
         "04_streams.cu",
@@ -572,6 +610,7 @@ VARIANTS: dict[str, Variant] = {
         " into y at once, while the downloads are still on their way, so y holds the staged x (or a chunk"
         " half downloaded). The grader reads y right after the call returns: the size-sequence check's"
         " first pipeline_streams call (n = 2^22 + 5) and every case from n = 1 are wrong",
+        mistake="returns before the downloads",
     ),
     "04_streams.graph_never_rebuilt": Variant(
         "04_streams.cu",
@@ -586,6 +625,7 @@ VARIANTS: dict[str, Variant] = {
         "the graph is captured on the first call only and replayed whatever n is: in the size-sequence check"
         " the graph of n = 5000 replayed for n = 2^20 + 3 (the buffers already hold 3 chunks, so nothing"
         " moved) computes 5000 elements and leaves the rest as the staged x",
+        mistake="stale graph",
     ),
     "04_streams.staging_never_grows": Variant(
         "04_streams.cu",
@@ -601,13 +641,12 @@ VARIANTS: dict[str, Variant] = {
         " never grown: pipeline_streams(n = 2^22 + 5) copies 4 MiB past the end of the pinned allocation and"
         " uploads past the device one (a SIGSEGV or an illegal address, or corrupted memory, depending on"
         " what lies after them)",
+        mistake="buffer never grows",
     ),
-    # --- task 05 (explicit CUDA graph). Batches (one variant of a task per grading run):
-    #   BATCHES[0] += ["05_graph.kept_after_n_changed"]
-    #   BATCHES[1] += ["05_graph.root_writes_partials"]
-    #   BATCHES[2] += ["05_graph.tree_waits_for_bind_only"]
-    # The last is a race between kernels (nodes of one graph), which neither racecheck nor memcheck
-    # sees, so it goes in BATCHES, not SANITIZED. None is decided at the build (AT_BUILD), none is TIMED.
+    # --- task 05 (explicit CUDA graph). Each variant in its own BATCHES batch (one variant of a task
+    # per grading run). The missing edges are races between kernels (nodes of one graph), which
+    # neither racecheck nor memcheck sees, so they go in BATCHES, not SANITIZED. None is decided at
+    # the build (AT_BUILD), none is TIMED.
     "05_graph.tree_waits_for_bind_only": Variant(
         "05_graph.cu",
         [
@@ -624,7 +663,9 @@ VARIANTS: dict[str, Variant] = {
         " (a stream's rule, not a graph's): the nodes above level 0 may start with the leaves and read partial"
         " sums not yet written (on a rebuild, whatever cudaMalloc left there). A race, so not certain, but very"
         " likely on the first call with 2^20 + 3 (65 leaves of a few µs, 5 + 1 nodes launched alongside them);"
-        " n <= 16384 (one node) is right",
+        " n <= 16384 (one node) is right. graph_edges_hold_under_replay makes it near certain: 4096 leaves in"
+        " waves, 273 nodes above them free to start at once, 32 launches on inputs whose sums differ threefold",
+        mistake="missing edge",
     ),
     "05_graph.kept_after_n_changed": Variant(
         "05_graph.cu",
@@ -633,6 +674,7 @@ VARIANTS: dict[str, Variant] = {
         "when n changes",
         "the graph is built on the first call and kept whatever n the next calls bring: graph_follows_n's"
         " second call (n = 2^20 + 3 after 1000) gets the sum of the first 1000 elements",
+        mistake="stale graph",
     ),
     "05_graph.root_writes_partials": Variant(
         "05_graph.cu",
@@ -646,6 +688,7 @@ VARIANTS: dict[str, Variant] = {
         "never written",
         "the root writes its sum into its slot of the partials buffer, like every other node, instead of out[0]:"
         " out keeps the grader's NaN (graph_follows_n's first call, n = 1000)",
+        mistake="root output",
     ),
     # --- task 06 (pinned memory, asynchronous copies). Batches (one variant of a task per grading run):
     #   BATCHES[0] += ["06_async_copy.last_chunk_not_waited_for"]
@@ -664,6 +707,7 @@ VARIANTS: dict[str, Variant] = {
         " earlier call had the same inputs (the grader repeats a case), so the check of 40 back-to-back calls on"
         " new values catches it. With several chunks the host's copy of the chunk before usually outlasts the"
         " GPU's work on the last one",
+        mistake="missing wait",
     ),
     "06_async_copy.one_output_staging_buffer": Variant(
         "06_async_copy.cu",
@@ -678,6 +722,7 @@ VARIANTS: dict[str, Variant] = {
         " copy back into the same buffer is already queued and lands while (or before) the host reads: the copy"
         " engine (tens of GB/s) overtakes the host's copy of the chunk, so some of y's chunk k - 1 gets chunk k's"
         " results (2^22 + 3, 2^24)",
+        mistake="staging buffer reused too early",
     ),
     "06_async_copy.registers_and_never_unregisters": Variant(
         "06_async_copy.cu",
@@ -696,6 +741,7 @@ VARIANTS: dict[str, Variant] = {
         " check after the first call finds x still page-locked (the driver's cuMemHostRegister answers"
         " CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED). Without the check, the next call on the same arrays would"
         " fail with cudaErrorHostMemoryAlreadyRegistered (crash)",
+        mistake="caller memory left registered",
     ),
     # Task 16 (tensor-core ladder): entries for VARIANTS in lab2/solutions/broken.py.
     # Batches: "16_tensor_core.drops_last_k_step", "16_tensor_core.a_col_major" and
@@ -709,6 +755,7 @@ VARIANTS: dict[str, Variant] = {
         "wrong",
         "rung 1's K loop stops one step of 16 early: the last 16 products of every dot product are never added"
         " (16x16x16, the first case, has one step and gives zeros; 16x4096x16 is off by about 0.25)",
+        mistake="K tail",
     ),
     "16_tensor_core.no_barrier_after_loads": Variant(
         "16_tensor_core.cu",
@@ -718,6 +765,7 @@ VARIANTS: dict[str, Variant] = {
         "rung 2 has no barrier between storing its shared tiles and loading fragments from them: a warp reads"
         " chunks of A and B that other warps have not stored yet (the barrier after the products is left, so"
         " the barrier rule is satisfied)",
+        mistake="missing barrier",
     ),
     "16_tensor_core.a_col_major": Variant(
         "16_tensor_core.cu",
@@ -726,6 +774,7 @@ VARIANTS: dict[str, Variant] = {
         "wrong",
         "rung 1 declares A's fragment col_major while A is row-major: load_matrix_sync then reads each 16 x 16"
         " block of A transposed (every address stays inside A, so nothing crashes); wrong from 16x16x16 on",
+        mistake="layout",
     ),
     "16_tensor_core.store_unguarded": Variant(
         "16_tensor_core.cu",
@@ -735,6 +784,7 @@ VARIANTS: dict[str, Variant] = {
         "rung 2 stores all 64 fragments of its 128 x 128 tile, also those outside C: in 16x16x16 the fragments"
         " right of column 16 land on the next rows and those below row 16 up to index 2159 of a 256-element C"
         " (inside the grader's fence)",
+        mistake="tile overhang",
     ),
     # --- task 17 (attention ladder). Batches: "17_attention.no_rescale", "17_attention.causal_sees_next"
     # and "17_attention.drops_last_tile" each in a different BATCHES batch (one variant of a task per
@@ -748,6 +798,7 @@ VARIANTS: dict[str, Variant] = {
         " terms relative to an older, smaller max, so O = o / l comes out too small on every row whose max"
         " grew after its first chunk of 16 keys: right for T = 1; BH=2,T=17 fails when a row's 17th key holds"
         " its max (a row in 17 on average), BH=3,T=100 on most rows",
+        mistake="no rescale",
     ),
     "17_attention.causal_sees_next": Variant(
         "17_attention.cu",
@@ -762,6 +813,7 @@ VARIANTS: dict[str, Variant] = {
         "rung 2's causal mask is off by one: token i also sees token i + 1 (j <= i + 1 instead of j <= i)."
         " Right on every non-causal case and on BH=1,T=1 causal (there is no token 1); every row but the"
         " last of BH=2,T=17 causal is wrong",
+        mistake="causal mask",
     ),
     "17_attention.drops_last_tile": Variant(
         "17_attention.cu",
@@ -776,6 +828,7 @@ VARIANTS: dict[str, Variant] = {
         "rung 2's loop over key tiles stops at the last whole tile of 64: the last T % 64 keys are never"
         " seen. With T < 64 no tile is read at all and O = 0 / 0 = NaN (BH=1,T=1 and BH=2,T=17); T = 100"
         " loses keys 64 to 99, T = 257 key 256",
+        mistake="key tail",
     ),
     "17_attention.no_barrier_before_next_tile": Variant(
         "17_attention.cu",
@@ -786,6 +839,7 @@ VARIANTS: dict[str, Variant] = {
         " that finishes its chunks first overwrites Ks and Vs while the other warp of the block still reads"
         " them (T > 64: BH=3,T=100 and larger; the barrier after the loads is left, so the barrier rule"
         " is satisfied)",
+        mistake="missing barrier",
     ),
     # --- task 09 (the numbers notebook). Each in its own batch (one variant of a task per grading run);
     # the checks run after the whole notebook, so each is graded at the notebook's own time limit.
@@ -796,6 +850,7 @@ VARIANTS: dict[str, Variant] = {
         "past the card's DRAM peak",
         "read_sum without its guarded write: the sum is never used, so the compiler drops the loads and the"
         " kernel reads nothing; read_bandwidth reports what an empty loop costs, far past HBM's bound",
+        mistake="dead loads",
     ),
     "09_numbers.host_timer_without_sync": Variant(
         "09_numbers.ipynb",
@@ -812,6 +867,7 @@ VARIANTS: dict[str, Variant] = {
         "past the card's DRAM peak",
         "read_bandwidth times the launch call with the host's clock and never waits for the GPU: it measures"
         " how long queueing a kernel takes, microseconds for any amount of data",
+        mistake="host timer without sync",
     ),
     "09_numbers.shared_bank_conflicts": Variant(
         "09_numbers.ipynb",
@@ -821,6 +877,336 @@ VARIANTS: dict[str, Variant] = {
         "shared_read's lanes read float4s 512 bytes apart (32 * t): every lane of a warp hits the same four"
         " banks, so each warp instruction takes many times the four wavefronts a conflict-free one needs, and"
         " the measured shared-memory bandwidth falls far below 30% of 128 bytes per SM per clock",
+        mistake="bank conflicts",
+    ),
+    # --- classes added for issue 22 (one new variant per class; batches at the end) ---
+    "01_coalescing.alignment_of_a_and_b_only": Variant(
+        "01_coalescing.cu",
+        [
+            (
+                "    const bool alike = (((uintptr_t)a ^ (uintptr_t)b) & 15) == 0"
+                " && (((uintptr_t)a ^ (uintptr_t)c) & 15) == 0;\n",
+                "    const bool alike = (((uintptr_t)a ^ (uintptr_t)b) & 15) == 0;"
+                "  // both inputs on one 16-byte grid\n",
+            )
+        ],
+        {"crash"},
+        "misaligned",
+        "picks the longlong2 kernel when a and b are aligned alike, without looking at c: the misaligned-views"
+        " check's c one element into its buffer (a and b aligned, n = 2) stores a longlong2 at an address 8 bytes"
+        " past a 16-byte boundary",
+        mistake="unaligned pointer",
+    ),
+    "01_coalescing.one_pair_per_thread": Variant(
+        "01_coalescing.cu",
+        [
+            (
+                "    for (size_t i = tid; i < pairs; i += stride) {\n",
+                "    if (const size_t i = tid; i < pairs) {  // a pair per thread\n",
+            )
+        ],
+        {"wrong"},
+        "never written",
+        "one pair per thread on the fixed grid of resident blocks (1056 x 256 threads on an H100, 540672 elements):"
+        " no grid-stride loop, so n = 2^20 + 3 and 2^26 keep the grader's sentinel past them",
+        mistake="no grid-stride loop",
+    ),
+    "02_divergence.drops_the_top_coefficient": Variant(
+        "02_divergence.cu",
+        [
+            (
+                "        float acc = coef(DEGREE);\n",
+                "        float acc = 0.0f;  // Horner's rule, from the top coefficient down\n",
+            )
+        ],
+        {"wrong"},
+        "wrong",
+        "Horner's rule started at 0 with the loop from DEGREE - 1: the term c_56 t^56 is never added. It is"
+        " 1/57^2 = 3.1e-4 (times s) at t = +-1, which x = -2, -1, 0, 1 and 2 map to (the injected values, n >= 22),"
+        " and under 1e-5 for |t| < 0.93: a random x alone is caught only near a piece's ends",
+        mistake="polynomial degree",
+    ),
+    "03_waves.dynamic_smem_ignored": Variant(
+        "03_waves.cu",
+        [
+            (
+                "blocks_per_sm, fn, threads, dynamic_smem));\n",
+                "blocks_per_sm, fn, threads, 0));  // the kernel's shared memory is in its attributes\n",
+            )
+        ],
+        {"wrong"},
+        "occupancy calculator says",
+        "asks the occupancy calculator with 0 bytes of dynamic shared memory: right for every configuration"
+        " without any, wrong for busy_kernel with 40 KiB per block, where shared memory, not threads, is the limit",
+        mistake="dynamic shared memory",
+    ),
+    "04_streams.kernel_on_the_default_stream": Variant(
+        "04_streams.cu",
+        [
+            (
+                "        scramble_kernel<<<blocks_for(count), THREADS, 0, stream>>>(d, count);\n",
+                "        scramble_kernel<<<blocks_for(count), THREADS>>>(d, count);  // between the chunk's copies\n",
+            )
+        ],
+        {"crash", "wrong"},
+        "",
+        "the chunk's kernel launched on the legacy default stream between its copies on a non-blocking stream:"
+        " nothing orders it after the upload or before the download, so pipeline_streams downloads the staged x"
+        " (or a half-scrambled chunk). In pipeline_graph's capture (the second call of the size sequence) the"
+        " launch is not captured: it runs at once, outside the graph, or invalidates the capture, so the graph"
+        " replays the copies without the kernel (y = x) or the call returns an error",
+        mistake="wrong stream",
+    ),
+    "04_streams.graph_ignores_moved_buffers": Variant(
+        "04_streams.cu",
+        [
+            (
+                "    if (exec == nullptr || n != built_n || buf.generation != built_generation) {\n",
+                "    if (exec == nullptr || n != built_n) {  // a graph per size\n",
+            )
+        ],
+        {"crash", "wrong"},
+        "",
+        "the graph is captured again when n changes but not when the buffers move: in the size sequence,"
+        " pipeline_streams(2^22 + 5) reallocates them and pipeline_graph(3000) then replays copies into the freed"
+        " ones (y keeps the staged x, or the copy faults)",
+        mistake="stale graph",
+    ),
+    "05_graph.deps_from_node_index": Variant(
+        "05_graph.cu",
+        [
+            (
+                "            const cudaGraphNode_t* deps = k == 0 ? below.data() : below.data() + first;\n",
+                "            const cudaGraphNode_t* deps = k == 0 ? below.data() : below.data() + j;\n",
+            )
+        ],
+        {"wrong"},
+        "wrong",
+        "node j above level 0 waits for the count nodes below from j on instead of from j * FANIN, the first one"
+        " it reads: node 0 of each level is right, node j >= 1 may start before the nodes it adds. At n = 2^20 + 3"
+        " only level 1's last node is off (leaf 4 for leaf 64) and the 65 leaves run at once, so the cases usually"
+        " pass; graph_edges_hold_under_replay's 4096 leaves, slowed by an unaligned input, run in waves, and level 1's"
+        " node 200 reads leaves 3200 to 3215 that the previous launch (of the other input) left",
+        mistake="missing edge",
+    ),
+    "05_graph.bind_set_on_the_built_graph": Variant(
+        "05_graph.cu",
+        [
+            (
+                "    CUDA_CHECK(cudaGraphExecKernelNodeSetParams(g.exec, g.bind, &bind));\n",
+                "    CUDA_CHECK(cudaGraphKernelNodeSetParams(g.bind, &bind));  // this call's pointers\n",
+            )
+        ],
+        {"crash"},
+        "illegal memory access",
+        "gives this call's pointers to the bind node of the built graph, which the instantiated one copied at"
+        " cudaGraphInstantiate: every launch still binds the null pointers of the build, and the leaves read"
+        " in = nullptr (graph_follows_n's first call)",
+        mistake="pointers of the call",
+    ),
+    "06_async_copy.kernel_on_the_default_stream": Variant(
+        "06_async_copy.cu",
+        [
+            (
+                "        scale_kernel<<<blocks_for(count), THREADS, 0, p.stream[s]>>>(p.dev[s], count, a);\n",
+                "        scale_kernel<<<blocks_for(count), THREADS>>>(p.dev[s], count, a);\n",
+            )
+        ],
+        {"wrong"},
+        "wrong",
+        "the kernel on the legacy default stream, which the slots' non-blocking streams do not wait for nor hold"
+        " up: it scales dev[s] whenever it gets there, usually before the upload lands and after the download left,"
+        " so y gets x unscaled (or the previous chunk's values scaled); the 40 back-to-back calls and every case"
+        " from n = 1000 on",
+        mistake="wrong stream",
+    ),
+    "07_fusion.no_column_guard": Variant(
+        "07_fusion.cu",
+        [("    if (col >= cols) return;\n    const float b = bias[col];\n", "    const float b = bias[col];\n")],
+        {"wrong"},
+        "out of bounds",
+        "no guard on the column: the block's threads past cols read bias past its end and write into the next"
+        " row, and the last row's into the memory after y (1x1: 255 floats past the end, inside the grader's fence)",
+        mistake="column tail",
+    ),
+    "08_inline_ptx.index_ignores_threadidx_y": Variant(
+        "08_inline_ptx.cu",
+        [
+            (
+                "    const size_t i = (size_t)blockIdx.x * (blockDim.x * blockDim.y) + t;\n",
+                "    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // one element per thread\n",
+            )
+        ],
+        {"wrong"},
+        "wrong",
+        "numbers elements as a 1-D launch would, in the given 16 x 16 blocks: the 16 rows of a block share"
+        " elements 16 b to 16 b + 15, elements past 16 x blocks are never written (n = 1 passes, n = 31 fails), and"
+        " the lanes written to one element race (lane x or x + 16)",
+        mistake="2-D block index",
+    ),
+    "10_reduction.assumes_aligned_input": Variant(
+        "10_reduction.cu",
+        [
+            (
+                "    const size_t misaligned = ((16 - ((uintptr_t)in & 15)) & 15) / 4;\n",
+                "    const size_t misaligned = 0;  // cudaMalloc returns 256-byte aligned arrays\n",
+            )
+        ],
+        {"crash"},
+        "misaligned",
+        "rung 6 takes its input to start on a 16-byte boundary, as cudaMalloc's do: the view one float into its"
+        " buffer (n = 4097) is read as float4s at addresses 4 bytes past one",
+        mistake="unaligned view",
+    ),
+    "11_transpose.tile_read_along_rows": Variant(
+        "11_transpose.cu",
+        [
+            (
+                "    // lane x reads tile[x][y], bank (x + y) % 32: conflict-free\n"
+                "    const int out_c = t.row0 + threadIdx.x;\n"
+                "#pragma unroll\n"
+                "    for (int k = 0; k < TILE; k += BLOCK_ROWS) {\n"
+                "        const int y = threadIdx.y + k, out_r = t.col0 + y;\n"
+                "        if (out_r < cols && out_c < rows) out[(size_t)out_r * rows + out_c] = tile[threadIdx.x][y];\n",
+                "    // lane x reads tile[y][x], along a row: no bank conflict at all\n"
+                "    const int out_c = t.row0 + threadIdx.x;\n"
+                "#pragma unroll\n"
+                "    for (int k = 0; k < TILE; k += BLOCK_ROWS) {\n"
+                "        const int y = threadIdx.y + k, out_r = t.col0 + y;\n"
+                "        if (out_r < cols && out_c < rows) out[(size_t)out_r * rows + out_c] = tile[y][threadIdx.x];\n",
+            )
+        ],
+        {"wrong"},
+        "wrong",
+        "rung 3 reads its tile along rows (tile[y][x]) when it stores: each tile lands in its transposed place but"
+        " is not itself transposed (out[col0 + y][row0 + x] = in[row0 + y][col0 + x]). Right on 1x1 only; in 1x33"
+        " it stores tile rows that were never loaded",
+        mistake="tile not transposed",
+    ),
+    "12_scan.offsets_to_first_blockdim_only": Variant(
+        "12_scan.cu",
+        [
+            (
+                "    for (unsigned j = threadIdx.x; j < tile; j += blockDim.x) {\n"
+                "        const size_t i = b * tile + j;\n"
+                "        if (i < count) out[i] += offset;\n"
+                "    }\n",
+                "    const size_t i = b * tile + threadIdx.x;  // one element per thread\n"
+                "    if (i < count) out[i] += offset;\n",
+            )
+        ],
+        {"wrong"},
+        "wrong",
+        "phase 3 adds a tile's offset with one element per thread, but its blocks have 256 threads and the tiles"
+        " 512 (rung 1) or 1024 (rung 2) elements: elements 256 and on of every tile after the first keep their"
+        " tile-local prefix (n = 1000, rung 1, from element 768 on)",
+        mistake="tile longer than its block",
+    ),
+    "13_softmax.online_strides_by_blockdim": Variant(
+        "13_softmax.cu",
+        [
+            (
+                "        for (size_t c = first; c < (size_t)cols; c += step) {\n"
+                "            load_vec<VW>(xr + c, v);\n"
+                "            s = fold<VW>(s, v);\n",
+                "        for (size_t c = first; c < (size_t)cols; c += blockDim.x) {\n"
+                "            load_vec<VW>(xr + c, v);\n"
+                "            s = fold<VW>(s, v);\n",
+            ),
+            (
+                "        for (size_t c = first; c < (size_t)cols; c += step) {\n"
+                "            load_vec<VW>(xr + c, v);\n"
+                "#pragma unroll\n"
+                "            for (int j = 0; j < VW; ++j) v[j] = expf(v[j] - s.m) * inv;\n",
+                "        for (size_t c = first; c < (size_t)cols; c += blockDim.x) {\n"
+                "            load_vec<VW>(xr + c, v);\n"
+                "#pragma unroll\n"
+                "            for (int j = 0; j < VW; ++j) v[j] = expf(v[j] - s.m) * inv;\n",
+            ),
+        ],
+        {"wrong"},
+        "wrong",
+        "rung 4's streaming path (rows longer than 1024 x 16 floats) strides blockDim.x floats instead of"
+        " blockDim.x vectors: right with scalar loads (3x20001), but with float4s (64x65536) the threads' vectors"
+        " overlap and every value is summed about 4 times, so y is about a quarter of the answer",
+        mistake="long rows",
+    ),
+    "13_softmax.one_pass_variance": Variant(
+        "13_softmax.cu",
+        [
+            (
+                "    s.n += 1.0f;\n"
+                "    const float delta = v - s.mean;\n"
+                "    s.mean += delta / s.n;\n"
+                "    s.m2 += delta * (v - s.mean);"
+                "  // old and new deviation: exact in exact arithmetic, stable in floats\n",
+                "    s.n += 1.0f;\n"
+                "    s.mean += v;    // the sum, for now\n"
+                "    s.m2 += v * v;  // the sum of squares\n",
+            ),
+            (
+                "    const float n = a.n + b.n;\n"
+                "    if (n == 0.0f) return a;  // both empty\n"
+                "    const float delta = b.mean - a.mean;\n"
+                "    return {n, (a.n * a.mean + b.n * b.mean) / n, a.m2 + b.m2 + delta * delta * (a.n * b.n / n)};\n",
+                "    return {a.n + b.n, a.mean + b.mean, a.m2 + b.m2};\n",
+            ),
+            (
+                "    const float mean = s.mean, rstd = rsqrtf(s.m2 / (float)cols + eps);\n",
+                "    const float mean = s.mean / (float)cols;\n"
+                "    const float rstd = rsqrtf(s.m2 / (float)cols - mean * mean + eps);  // var = E[x^2] - E[x]^2\n",
+            ),
+        ],
+        {"wrong"},
+        "E[x²]",
+        "layer norm's variance in one pass as E[x^2] - E[x]^2, sums of x and x^2 merged across the block: right"
+        " on every case (means near 0), but on rows of mean 1e4 and standard deviation 1 both terms are near 1e8,"
+        " where a float32's spacing is 8, and the difference is noise of that size (the large-mean check)",
+        mistake="large mean",
+    ),
+    "15_sgemm.float4_store_guarded_by_first_column": Variant(
+        "15_sgemm.cu",
+        [
+            (
+                "        if (col < cols) p[0] = v.x;\n"
+                "        if (col + 1 < cols) p[1] = v.y;\n"
+                "        if (col + 2 < cols) p[2] = v.z;\n"
+                "        if (col + 3 < cols) p[3] = v.w;\n",
+                "        if (col < cols) p[0] = v.x, p[1] = v.y, p[2] = v.z, p[3] = v.w;"
+                "  // the four start inside the row\n",
+            )
+        ],
+        {"wrong"},
+        "out of bounds",
+        "store4's scalar path (rungs 6 and 7 when N is not a multiple of 4 or a pointer is unaligned) guards the"
+        " four stores by the first one's column: a row ending inside the four spills into the next row, and the"
+        " last row past C (1x1x1: C[1..3])",
+        mistake="row end inside a float4",
+    ),
+    "16_tensor_core.unpadded_leading_dimension": Variant(
+        "16_tensor_core.cu",
+        [
+            (
+                "wmma::load_matrix_sync(b[j], &Bs[kk][wcol + j * WN], LDB);",
+                "wmma::load_matrix_sync(b[j], &Bs[kk][wcol + j * WN], BN);  // B's tile is BN wide",
+            )
+        ],
+        {"wrong"},
+        "wrong",
+        "rung 2 loads B's fragments with a leading dimension of BN = 128 halves where the padded tile's rows are"
+        " LDB = 136 apart: row r of every fragment starts 8 r halves early (shifted left by 8 r columns, into the"
+        " row above's padding for the first ones): 15 of its 16 rows are misread, wrong from 16x16x16 on",
+        mistake="leading dimension",
+    ),
+    "17_attention.softmax_rows_stride_by_block": Variant(
+        "17_attention.cu",
+        [("j += WARP)", "j += blockDim.x)")],
+        {"wrong"},
+        "wrong",
+        "rung 1's softmax_rows_kernel gives a row to a warp but strides its lanes blockDim.x (256) apart, as a"
+        " block-per-row kernel would: right while T <= 32, but from T = 100 on the keys from 32 on are left out of"
+        " the max and the sum and never written (P keeps the raw scores there)",
+        mistake="long rows",
     ),
 }
 
@@ -861,6 +1247,8 @@ BATCHES = [
         "15_sgemm.no_row_guard_on_store",
         "16_tensor_core.a_col_major",
         "17_attention.causal_sees_next",
+        "01_coalescing.alignment_of_a_and_b_only",
+        "10_reduction.assumes_aligned_input",
     ],
     [
         "00_profile_first.malloc_every_round",
@@ -876,11 +1264,32 @@ BATCHES = [
         "15_sgemm.a_column_major",
         "16_tensor_core.store_unguarded",
         "17_attention.drops_last_tile",
+        "01_coalescing.one_pair_per_thread",
+        "07_fusion.no_column_guard",
+        "11_transpose.tile_read_along_rows",
     ],
     [
         "03_waves.waves_in_double",
         "08_inline_ptx.fma_in_a_comment",
         "13_softmax.unbiased_variance",
+        "02_divergence.drops_the_top_coefficient",
+        "04_streams.kernel_on_the_default_stream",
+        "05_graph.deps_from_node_index",
+        "06_async_copy.kernel_on_the_default_stream",
+        "12_scan.offsets_to_first_blockdim_only",
+        "15_sgemm.float4_store_guarded_by_first_column",
+        "16_tensor_core.unpadded_leading_dimension",
+        "17_attention.softmax_rows_stride_by_block",
+    ],
+    [
+        "03_waves.dynamic_smem_ignored",
+        "04_streams.graph_ignores_moved_buffers",
+        "08_inline_ptx.index_ignores_threadidx_y",
+        "13_softmax.online_strides_by_blockdim",
+    ],
+    [
+        "05_graph.bind_set_on_the_built_graph",
+        "13_softmax.one_pass_variance",
     ],
 ]
 # graded with compute-sanitizer as well (one run: one variant per task)

@@ -9,7 +9,10 @@ of graph:
 - seeded random DAGs of 4 to 64 nodes: inputs, constants and buffers, elementwise ops, matmuls,
   permutes, slices, reshapes (views, also of views) and slice_updates into buffers, odd sizes
   (f32[3, 5]) among them so that alignment shows, several outputs, some of them views, and dead
-  nodes nobody reads.
+  nodes nobody reads;
+- the same random DAGs with mixed dtypes (f32, f16, bf16 and i64 side by side), and a hand-built
+  one whose i64 tensor is twice the bytes a float32 assumption gives it: sizes are bytes, not
+  elements times 4 (lab 4's kernels are float32, its offsets and lab 5's tensors are not).
 
 A plan is checked by running it: `_simulate` walks the steps, writes each tensor's bytes into its
 slot when its step defines it and, at every read, asks whether the bytes read (the owner's, for a
@@ -20,6 +23,12 @@ that take turns), every random graph's arena is within 15% of the lower bound (t
 at one step), and on average not worse than best-fit's by more than 10%. The reference's greedy
 by size measured 1.000x the lower bound on 104 of the 120 random graphs, 1.07x at worst, and 0.99x
 best-fit's arena on average (best-fit itself: up to 1.21x the bound, so the 15% is not free).
+The mixed-dtype graphs are held to the same 15%, which a planner sizing f16 tensors as f32 misses.
+
+What the cases catch (TASK.mistakes names each class; lab4/solutions/broken.py has a variant for
+each): a lifetime that ends a step early, a dead tensor with an empty lifetime, reads through a
+view that do not keep the owner alive, outputs (and output views) and sources that die early,
+unaligned offsets, no reuse at all, and sizes taken as 4 bytes an element.
 """
 
 from __future__ import annotations
@@ -31,10 +40,30 @@ import pytest
 
 from grader.tasks import PythonTask
 
-TASK = PythonTask(lab="lab4", number="01", title="memory planner", sources=["kiln/planner.py"])
+TASK = PythonTask(
+    lab="lab4",
+    number="01",
+    title="memory planner",
+    sources=["kiln/planner.py"],
+    mistakes={
+        "last read off by one": "the random graphs' simulated arena: a tensor freed one step early is overwritten"
+        " by its reader's own output while the reader still reads it",
+        "unread tensors": "test_lifetimes_of_a_chain's t4, read by nobody, and the random graphs' dead nodes:"
+        " an empty lifetime places them over live bytes",
+        "reads through views": "a view of a view read three steps after its owner's own last direct read",
+        "outputs": "outputs in the middle of a chain, read by nobody or by earlier steps only",
+        "output views": "an output that is a reshape of a tensor: the owner, not the view, must live to the end",
+        "sources": "a buffer defined at step 2 and an input defined at step 6: both live from step 0 to the end",
+        "alignment": "odd sizes (f32[3, 5], i64[2]) in the random graphs: offsets must stay multiples of 256",
+        "no reuse": "a chain of 50 equal tensors in 3 slots, and every random arena within 15% of the lower bound",
+        "mixed dtypes": "i64, f16 and bf16 tensors beside f32 ones, by hand and in 60 random graphs: sizes in bytes"
+        " (8, 2 and 4 per element), checked by simulation and against the lower bound",
+    },
+)
 
 ALIGN = 256
 RANDOM_GRAPHS = 120
+MIXED_GRAPHS = 60
 
 
 class Builder:
@@ -65,42 +94,53 @@ class Builder:
         return self.graph
 
 
-def _random_graph(seed: int):
-    """A random DAG with sources, views (also of views), buffers updated in place and odd sizes."""
+def _random_graph(seed: int, mixed: bool = False):
+    """A random DAG with sources, views (also of views), buffers updated in place and odd sizes.
+
+    `mixed`: the input and every tensor a node makes (a view keeps its owner's) take a dtype drawn
+    from f32, f16, bf16 and i64, so 2-, 4- and 8-byte tensors sit side by side (the planner only
+    sees bytes; the operators' own dtype rules do not matter to it). The dtypes come from a second
+    generator, so the f32 graphs of a seed stay the ones the reuse figures were measured on."""
     rng = random.Random(seed)
-    b = Builder(f"random{seed}")
+    kinds = random.Random(seed + 1_000_003)
+
+    def dtype(like: str = "f32") -> str:
+        return kinds.choice(["f32", "f16", "bf16", "i64"]) if mixed else like
+
+    b = Builder(f"{'mixed' if mixed else 'random'}{seed}")
     dims = [1, 3, 5, 8, 16, 33, 64, 100]
-    pool = [b.source("input", "x", (rng.choice(dims), rng.choice(dims)))]
+    pool = [b.source("input", "x", (rng.choice(dims), rng.choice(dims)), dtype())]
     for _ in range(rng.randint(3, 39)):
         x = rng.choice(pool[-6:])  # mostly recent nodes: chains, with some long edges
         rows, cols = x.type.shape[0], x.type.shape[-1]
         kind = rng.random()
         if kind < 0.2:
-            node = b(rng.choice(["relu", "silu"]), x, shape=x.type.shape)
+            node = b(rng.choice(["relu", "silu"]), x, shape=x.type.shape, dtype=dtype())
         elif kind < 0.35:
             same = [p for p in pool if p.type.shape == x.type.shape and p is not x]
-            y = rng.choice(same) if same else b.source("constant", f"c{len(b.graph.nodes)}", (cols,))
-            node = b(rng.choice(["add", "mul"]), x, y, shape=x.type.shape)
+            y = rng.choice(same) if same else b.source("constant", f"c{len(b.graph.nodes)}", (cols,), dtype())
+            node = b(rng.choice(["add", "mul"]), x, y, shape=x.type.shape, dtype=dtype())
         elif kind < 0.5 and x.type.rank == 2:
             n = rng.choice(dims)
-            w = b.source("constant", f"w{len(b.graph.nodes)}", (cols, n))
-            node = b("matmul", x, w, shape=(rows, n))
+            w = b.source("constant", f"w{len(b.graph.nodes)}", (cols, n), dtype())
+            node = b("matmul", x, w, shape=(rows, n), dtype=dtype())
         elif kind < 0.6 and x.type.rank == 2:
-            node = b("permute", x, shape=(cols, rows), attrs={"dims": [1, 0]})
+            node = b("permute", x, shape=(cols, rows), attrs={"dims": [1, 0]}, dtype=dtype())
         elif kind < 0.7 and rows > 1:
             node = b(
                 "slice",
                 x,
                 shape=(rows // 2, *x.type.shape[1:]),
                 attrs={"starts": [0] * x.type.rank, "ends": [rows // 2, *x.type.shape[1:]]},
+                dtype=dtype(),
             )
         elif kind < 0.85:
             numel = x.type.numel
-            node = b("reshape", x, shape=(numel,), attrs={"shape": [numel]})
+            node = b("reshape", x, shape=(numel,), attrs={"shape": [numel]}, dtype=x.type.dtype.short)
         else:
-            buf = b.source("buffer", f"cache{len(b.graph.nodes)}", (2 * rows, *x.type.shape[1:]))
+            buf = b.source("buffer", f"cache{len(b.graph.nodes)}", (2 * rows, *x.type.shape[1:]), x.type.dtype.short)
             off = b.source("constant", f"off{len(b.graph.nodes)}", (x.type.rank,), "i64")
-            node = b("slice_update", buf, x, off, shape=buf.type.shape)
+            node = b("slice_update", buf, x, off, shape=buf.type.shape, dtype=x.type.dtype.short)
         pool.append(node)
     extra = rng.sample(pool[1:-1], k=min(len(pool) - 2, rng.randint(0, 2)))
     return b.done(pool[-1], *extra)
@@ -374,6 +414,52 @@ def test_not_worse_than_best_fit():
         ratios.append(plan_memory(g).arena_bytes / best_fit_plan(g).arena_bytes)
     mean = sum(ratios) / len(ratios)
     assert mean <= 1.1, f"the arena is {mean:.3f}x best-fit's on average over {RANDOM_GRAPHS} graphs (at most 1.1)"
+
+
+@pytest.mark.points(2)
+def test_mixed_dtypes_get_their_own_bytes():
+    """i64, f16 and bf16 tensors beside f32 ones: each reserves its own aligned byte count (an 8-byte
+    i64 element is not a 4-byte float) and no live bytes are overwritten."""
+    from kiln.planner import plan_memory
+
+    b = Builder("mixed")
+    ids = b.source("input", "ids", (3, 100), "i64")  # 2400 bytes: 2560 reserved, 1280 if taken for f32
+    x = b.source("input", "x", (3, 100), "f16")
+    t2 = b("relu", x, shape=(3, 100), dtype="f16")  # 600 bytes: 768 reserved
+    t3 = b("add", ids, ids, shape=(3, 100), dtype="i64")
+    t4 = b("reshape", t3, shape=(300,), dtype="i64", attrs={"shape": [300]})  # a view of an i64 tensor
+    t5 = b("silu", t2, shape=(3, 100), dtype="bf16")
+    t6 = b("mul", t4, t4, shape=(300,), dtype="i64")
+    t7 = b("add", t5, t2, shape=(3, 100), dtype="f32")
+    t8 = b("relu", t7, shape=(3, 100), dtype="f32")
+    g = b.done(t8, t6)
+    plan = plan_memory(g)
+    want = {"ids": 2560, "x": 768, "t2": 768, "t3": 2560, "t5": 768, "t6": 2560, "t7": 1280, "t8": 1280}
+    assert {n.name: size for n, size in plan.sizes.items()} == want, "each owner reserves its aligned nbytes"
+    _simulate(g, plan)
+    for seed in range(MIXED_GRAPHS):
+        g = _random_graph(seed, mixed=True)
+        plan = plan_memory(g)
+        for n in _owners(g):
+            assert plan.offsets[n] % ALIGN == 0, f"{g.name}: %{n.name} ({n.type}) at byte {plan.offsets[n]}"
+        try:
+            _simulate(g, plan)
+        except AssertionError as e:
+            raise AssertionError(f"{g.name} ({len(g.nodes)} nodes, mixed dtypes): {e}") from None
+
+
+@pytest.mark.points(1)
+def test_mixed_dtypes_arena_near_the_lower_bound():
+    """The lower bound counts bytes, so a planner that sizes a 2-byte tensor as a 4-byte one wastes room."""
+    from kiln.planner import plan_memory
+
+    worst = []
+    for seed in range(MIXED_GRAPHS):
+        g = _random_graph(seed, mixed=True)
+        plan = plan_memory(g)
+        if plan.arena_bytes > 1.15 * plan.peak_live_bytes:
+            worst.append(f"{g.name}: arena {plan.arena_bytes} > 1.15 x lower bound {plan.peak_live_bytes}")
+    assert not worst, f"{len(worst)} of {MIXED_GRAPHS} mixed-dtype graphs: " + "; ".join(worst[:3])
 
 
 def test_planner(grade):

@@ -3,15 +3,24 @@
 Each operator is built into a one-node graph with kiln's Builder, run by CPUExecutor and compared
 with torch on seeded random inputs: broadcasting along each axis and from a lower rank, size-1
 dimensions, ranks 1 and 4, and every dtype the operator accepts (f32, f16, bf16; i64 for add and
-mul). Then whole graphs: a deep DAG whose nodes are read twice each (a run loop that evaluates a
-node per use, recursively, takes 2^100 steps), a buffer written by slice_update in one run and
-read in the next, offsets at the first and the last position, input errors, and outputs that a
-later run must leave alone.
+mul), and i64 values past 2^24 (float32 holds 24 bits: computing through it rounds them). Then
+whole graphs: a deep DAG whose nodes are read twice each (a run loop that evaluates a node per use,
+recursively, takes 2^100 steps), a chain 1500 nodes deep (recursion from the outputs passes
+Python's limit of 1000 frames), a buffer written by slice_update in one run and read in the next,
+two updates chained on one buffer (the second writes into what the first returned, which must be
+the buffer, not a copy), a write no output reads (every node runs, in order: a graph sharing the
+buffer reads it), offsets at the first and the last position and out of range (past the end,
+partly past it, below 0: KilnRunError, not a clamped write), input errors, outputs that a later
+run must leave alone, and outputs that are inputs or constants (or reshapes of them), which the
+caller may change after the run without changing anything else.
 
 Tolerances: elementwise ops are one rounding from the exact result, as torch's are: f32 is
 compared within 1e-6, f16/bf16 within one unit in the last place (rtol 1e-3 / 8e-3). matmul is
 compared with float32 accumulation cast back (the contract), within rtol 1e-5 in f32 and one
 half-precision ulp otherwise. A wrong axis, a dropped write or a shifted offset is off by O(1).
+
+TASK.mistakes names the class of mistake each case is there to catch; lab4/solutions/broken.py
+has a broken variant for each.
 
 The point tests import kiln inside their bodies: the grading process loads this file too and
 must not run student code.
@@ -31,6 +40,21 @@ TASK = PythonTask(
     number="02",
     title="the CPU executor",
     sources=["kiln/cpu.py"],
+    mistakes={
+        "broadcast alignment": "(3, 5) + (5,), (4, 1, 5) + (3, 1) and (2, 3, 4, 5) + (3, 1, 5), both ways round:"
+        " a lower rank aligns on the right, and a (3, 1) column is not a (1, 3) row",
+        "int64 through float": "i64 add and mul on odd values past 2^30 and products near 2^41, compared exactly",
+        "run-time offsets": "the KV cache written at the first and the last position, offsets given per run",
+        "out-of-range offsets": "offsets past the end, partly past it and below 0 on each axis must raise"
+        " KilnRunError: clamping writes a row nobody asked for",
+        "state across runs": "a buffer written in one run and read in the next",
+        "chained updates": "two slice_updates chained on one buffer in a run, read back in the next run",
+        "outputs alias buffers": "the cache, and a reshape of it, returned and then written by the next run",
+        "outputs alias inputs": "outputs that are an input, a constant or a reshape of one, changed by the"
+        " caller after the run",
+        "lazy evaluation": "a slice_update no output reads, whose write a graph sharing the buffer reads",
+        "deep graphs": "a chain 1500 nodes deep: recursion from the outputs meets Python's limit",
+    },
 )
 
 FLOATS = [torch.float32, torch.float16, torch.bfloat16]
@@ -236,6 +260,139 @@ def test_outputs_independent_of_later_runs():
     out1 = ex.run({"v": torch.ones(1, 4), "pos": torch.tensor([0, 0])})[0]
     ex.run({"v": torch.full((1, 4), 2.0), "pos": torch.tensor([1, 0])})
     check(out1, torch.tensor([1.0, 1, 1, 1, 0, 0, 0, 0]))
+
+
+@pytest.mark.points(2)
+def test_int64_past_2_to_the_24():
+    """i64 add and mul on values a float32 cannot hold (it has 24 bits of significand): exact."""
+    g = torch.Generator().manual_seed(11)
+    big = torch.randint(2**30, 2**40, (3, 5), generator=g) * torch.tensor([1, -1, 1, -1, 1])
+    odd = big | 1  # odd values: float32 rounds every one of them
+    small = torch.randint(2**20, 2**21, (5,), generator=g) + 1
+    check(run_op("add", [odd, big]), odd + big)
+    check(run_op("add", [odd, small]), odd + small)  # broadcast from a lower rank too
+    check(run_op("mul", [small, small]), small * small)  # products near 2^41
+    check(run_op("mul", [odd[:, :1].contiguous(), small]), odd[:, :1] * small)
+
+
+def deep_chain(nodes: int):
+    import kiln
+
+    b = kiln.Builder("deep")
+    x = b.input("x", (4,), "float32")
+    t = x
+    for _ in range(nodes):
+        t = t + x
+    b.output(t)
+    return b.graph
+
+
+@pytest.mark.points(1)
+def test_thousands_of_nodes_deep():
+    """A chain 1500 nodes deep: a recursive evaluator meets Python's recursion limit (1000)."""
+    from kiln.cpu import CPUExecutor
+
+    x = torch.tensor([1.0, -2.0, 0.5, 3.0])  # t = (k + 1) x, exact in float32
+    (got,) = CPUExecutor(deep_chain(1500)).run({"x": x})
+    check(got, 1501 * x)
+
+
+@pytest.mark.points(2)
+def test_writes_nobody_reads_still_happen():
+    """Every node runs, in order, including a slice_update no output reads: the write is state that
+    a later run, or another graph sharing the buffer, reads."""
+    import kiln
+    from kiln.cpu import CPUExecutor
+
+    b = kiln.Builder("writer")
+    cache = b.buffer("cache", (4, 3), "float32")
+    v = b.input("v", (1, 3), "float32")
+    pos = b.input("pos", (2,), "int64")
+    cache.slice_update(v, pos)  # read by no output: it still writes the cache
+    b.output(v * 2.0)
+    writer = CPUExecutor(b.graph)
+
+    r = kiln.Builder("reader")
+    r.output(r.buffer("cache", (4, 3), "float32").reshape(12))
+    reader = CPUExecutor(r.graph, share_with=writer)
+
+    rows = rand((2, 1, 3), torch.float32, 12)
+    for row, at in zip(rows, (1, 3), strict=True):
+        (doubled,) = writer.run({"v": row, "pos": torch.tensor([at, 0])})
+        check(doubled, row * 2.0)
+    want = torch.zeros(4, 3)
+    want[1], want[3] = rows[0, 0], rows[1, 0]
+    (got,) = reader.run({})
+    check(got, want.reshape(12))
+
+
+@pytest.mark.points(2)
+def test_chained_updates_write_the_buffer():
+    """Two slice_updates in a row on one buffer: the second writes into what the first returned,
+    which is the buffer itself, so both writes persist into the next run."""
+    import kiln
+    from kiln.cpu import CPUExecutor
+
+    b = kiln.Builder("chained")
+    cache = b.buffer("cache", (4, 3), "float32")
+    k, v = b.input("k", (1, 3), "float32"), b.input("v", (1, 3), "float32")
+    pk, pv = b.input("pk", (2,), "int64"), b.input("pv", (2,), "int64")
+    b.output(cache.slice_update(k, pk).slice_update(v, pv))
+    ex = CPUExecutor(b.graph)
+    rows = rand((4, 1, 3), torch.float32, 13)
+    want = torch.zeros(4, 3)
+    for step in range(2):
+        a, c = 2 * step, 2 * step + 1
+        (got,) = ex.run({"k": rows[a], "v": rows[c], "pk": torch.tensor([a, 0]), "pv": torch.tensor([c, 0])})
+        want[a], want[c] = rows[a, 0], rows[c, 0]
+        check(got, want)  # run 2 still has both of run 1's rows
+
+
+@pytest.mark.points(2)
+def test_offsets_out_of_range_raise():
+    """An offset that puts the value outside the buffer, past the end or below 0, partly or wholly,
+    raises KilnRunError naming the node: clamping it into range writes where nobody asked."""
+    from kiln.cpu import CPUExecutor
+    from kiln.models import kv_cache
+    from kiln.runtime import KilnRunError
+
+    graph = kv_cache()  # cache (4, 6, 3), v (1, 2, 3)
+    node = graph.of_op("slice_update")[0]
+    ex = CPUExecutor(graph)
+    v = rand((1, 2, 3), torch.float32, 14)
+    for pos in ([4, 0, 0], [3, 5, 0], [0, 0, 1], [-1, 0, 0], [0, -1, 0], [9, 9, 9]):
+        with pytest.raises(KilnRunError) as err:
+            ex.run({"v": v, "pos": torch.tensor(pos)})
+        assert node.name in str(err.value), f"offsets {pos}: the message should name %{node.name}: {err.value}"
+    want = torch.zeros(4, 6, 3)
+    want[3, 4:6] = v[0]
+    check(write(ex, v, [3, 4, 0]), want)  # the last position is in range
+
+
+@pytest.mark.points(2)
+def test_outputs_do_not_alias_inputs_or_constants():
+    """An output that is an input, a constant or a reshape of one belongs to the caller too: the
+    caller changing their input afterwards, or writing into the output, changes nothing else."""
+    import kiln
+    from kiln.cpu import CPUExecutor
+
+    weight = rand((3, 4), torch.float32, 15)
+    b = kiln.Builder("aliases")
+    x = b.input("x", (2, 6), "float32")
+    w = b.constant("w", weight.clone())
+    b.output(x.reshape(12), x, w.reshape(12), w)
+    ex = CPUExecutor(b.graph)
+    given = rand((2, 6), torch.float32, 16)
+    outs = ex.run({"x": given})
+    kept = given.clone()
+    given.add_(100.0)  # the caller reuses their input tensor
+    check(outs[0], kept.reshape(12))
+    check(outs[1], kept)
+    for out in outs:
+        out.mul_(0.0)  # the caller writes into what they were given
+    outs = ex.run({"x": given})
+    check(outs[2], weight.reshape(12))  # the constant is intact
+    check(outs[3], weight)
 
 
 def bad_inputs():

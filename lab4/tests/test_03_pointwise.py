@@ -24,6 +24,9 @@ and it would make kiln's whole-model graph (task 07) fail the same way.
 
 No timing case: the grader times an entry point with a host argument (meta) by the host's clock
 and counts its wrong outputs on the host, while these outputs are on the device.
+
+TASK.mistakes names the class of mistake each case is there to catch; lab4/solutions/broken.py
+has a broken variant for each (graded on a GPU).
 """
 
 from grader.child.context import RunContext
@@ -232,6 +235,14 @@ TASK = CudaTask(
     checks=[relu_is_exact, replays_in_a_cuda_graph],
     timeout=120,
     rules=[NO_LIBRARIES],
+    mistakes={
+        "broadcast strides": "every axis broadcast in a, in b or both, ranks 1 to 4 mixed, and random shapes:"
+        " a stride read along the wrong axis reads the wrong element",
+        "grid cap": "n = 2^26 + 3 needs more threads than the capped grid has: only a grid-stride loop covers it",
+        "wrong stream": "replays_in_a_cuda_graph captures a call on torch's capture stream: a launch on any other"
+        " stream breaks the capture",
+        "32-bit index": "the cases past 2^31 elements (make grade), one per entry point",
+    },
 )
 
 

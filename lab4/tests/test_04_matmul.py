@@ -27,6 +27,9 @@ warp tiling). The performance points need a quarter of cuBLAS's speed. They are 
 (`make verify` does not hold the reference solution to them) until the target has been measured on
 the course's cards: this kernel's share of cuBLAS at this size depends on the card's SM count (a
 1024^2 output is only 256 tiles, two waves on an H100's 132 SMs) more than on the student's code.
+
+TASK.mistakes names the class of mistake each case is there to catch; lab4/solutions/broken.py
+has a broken variant for each (graded on a GPU).
 """
 
 from grader.child.context import RunContext
@@ -175,6 +178,12 @@ TASK = CudaTask(
         ),
     ],
     perf=[PerfTarget("kiln_matmul", "speedup", 0.25, 2)],
+    mistakes={
+        "k tail": "k = 1, 17, 33, 129, 255 (not multiples of the 16-wide step): the last partial step must count",
+        "m and n tails": "m x n = 1 x 7, 33 x 65, 127 x 129 and more (not multiples of the 64 x 64 tile): the"
+        " partial tiles' loads and stores must stop at the edge",
+        "batch strides": "batches of both operands, and of one with the other broadcast (batch stride 0)",
+    },
 )
 
 

@@ -26,6 +26,9 @@ on another stream, a synchronization or an allocation makes the capture fail.
 
 No timing case: the grader times an entry point with a host argument (meta) by the host's clock
 and counts its wrong outputs on the host, while these outputs are on the device.
+
+TASK.mistakes names the class of mistake each case is there to catch; lab4/solutions/broken.py
+has a broken variant for each (graded on a GPU).
 """
 
 from grader.child.context import RunContext
@@ -304,6 +307,13 @@ TASK = CudaTask(
     checks=[offsets_are_read_at_run_time, replays_in_a_cuda_graph],
     timeout=120,
     rules=[NO_LIBRARIES],
+    mistakes={
+        "run-time offsets": "offsets_are_read_at_run_time: new offsets in the same device array between calls",
+        "out-of-range update": "updates partly and wholly past the end of target: what falls outside is skipped",
+        "offsets below 0": "an update that starts before 0 on every axis: only value's far corner lands",
+        "synchronizes under capture": "replays_in_a_cuda_graph captures a call of each entry point: no"
+        " synchronization, allocation or other stream in a launch",
+    },
 )
 
 

@@ -16,6 +16,18 @@ outputs that a later run must leave alone (the arena is reused), input errors ra
 kernel is launched (the test wraps `kiln.cuda.load_kernels` and counts entry-point calls), and a
 launch that fails (a test operator whose launch returns cudaErrorInvalidValue) named by its node.
 
+Streams and capture. The caller writes the inputs on a stream of its own, behind a slow kernel
+(torch.cuda._sleep): a run that does not wait for the caller's current stream (or waits for the
+default stream, which is idle) copies the inputs too early, and a kernel launched on any stream but
+ex.stream runs before the copies it depends on. ex.replay() without a graph, called from such a busy
+stream (lab 5's decode loop calls it), catches slice_update's copy of the offsets queued on the
+current stream instead of ex.stream. Then the launches are captured into a CUDA graph as task 07
+does and replayed with new offsets: a launch that reads the offsets on the host cannot be
+captured, and one that fixed them earlier writes at the old position.
+
+TASK.mistakes names the class of mistake each case is there to catch; lab4/solutions/broken.py
+has a broken variant for each.
+
 Tolerances: add, mul, relu and slicing are exact in float32; silu within 1e-5 (expf); matmul
 against a float64 reference within 1e-4 (float32 accumulation over K <= 64).
 
@@ -40,6 +52,21 @@ TASK = PythonTask(
     builds_on=[*KERNELS, "kiln/planner.py"],
     gpu=True,
     timeout=300,
+    mistakes={
+        "broadcast alignment": "test_broadcast_meta: (3, 5) + (5,) and other lower-rank operands align on the right",
+        "batch broadcast": "(2, 1, M, K) @ (3, K, N): a batch no single pair of strides walks",
+        "permute order": "the 3-cycle permutations (2, 0, 1) and (3, 1, 0, 2): the inverse permutation differs",
+        "slice offset": "slices that start inside the input, on every axis",
+        "run-time offsets": "the KV cache written at the first and the last position, offsets given per run",
+        "outputs alias the arena": "an output kept while the next run writes the same arena slot",
+        "launch errors": "a test operator whose launch returns cudaErrorInvalidValue, named by its node",
+        "caller stream": "inputs written on the caller's own stream behind a slow kernel: run orders after"
+        " the caller's current stream, not the default one",
+        "wrong stream": "the same busy caller stream, and replay() without a graph called from it: every"
+        " kernel and copy (slice_update's offsets too) goes to ex.stream",
+        "under capture": "the launches captured into a CUDA graph and replayed with new offsets: no host read,"
+        " nothing fixed before the capture",
+    },
 )
 
 
@@ -340,6 +367,103 @@ def test_outputs_independent_of_later_runs():
     (first,) = ex.run({"x": torch.ones(5, device="cuda")})
     ex.run({"x": torch.full((5,), 3.0, device="cuda")})
     check(first, torch.full((5,), 2.0))
+
+
+SLEEP_CYCLES = 100_000_000  # torch.cuda._sleep: tens of milliseconds of GPU time, far past a run's host work
+
+
+@pytest.mark.gpu
+@pytest.mark.points(2)
+def test_waits_for_the_callers_stream():
+    """The caller runs on a stream of its own, where a slow kernel is still queued ahead of the
+    writes that fill the inputs: run must order its work after everything queued on the caller's
+    current stream (not the default stream's, which is idle), and launch on ex.stream only."""
+    import kiln
+
+    b = kiln.Builder("stream")
+    x = b.input("x", (64, 33), "float32")
+    y = b.input("y", (33,), "float32")
+    b.output((x * y + x).relu())
+    ex = executor(b.graph)
+    caller = torch.cuda.Stream()
+    for k in range(2):
+        xv, yv = rand((64, 33), 40 + k), rand((33,), 50 + k)
+        ready = (xv.cuda(), yv.cuda())
+        xin, yin = torch.zeros(64, 33, device="cuda"), torch.zeros(33, device="cuda")
+        caller.wait_stream(torch.cuda.current_stream())  # the tensors above exist before the caller uses them
+        with torch.cuda.stream(caller):
+            torch.cuda._sleep(SLEEP_CYCLES)  # the caller's stream is busy ...
+            xin.copy_(ready[0])  # ... and only then writes this run's inputs
+            yin.copy_(ready[1])
+            (got,) = ex.run({"x": xin, "y": yin})
+        torch.cuda.synchronize()
+        check(got, torch.relu(xv * yv + xv))
+
+
+@pytest.mark.gpu
+@pytest.mark.points(2)
+def test_launches_replay_under_capture():
+    """The launches (ex.launches) captured into a CUDA graph as task 07 will (a warm-up, then every
+    launch on ex.stream), then replayed with new values and new offsets written into the input
+    slots: each replay writes where its own offsets say. A launch that reads the offsets on the
+    host cannot be captured, and one that fixed them before the capture replays the old position."""
+    from kiln.cuda import collection_paused
+    from kiln.models import kv_cache
+
+    ex = executor(kv_cache(scale=2.0))
+    ex.launch_all()  # warm-up, outside the capture
+    ex.stream.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    codes = []
+    with collection_paused(), torch.cuda.graph(graph, stream=ex.stream):
+        for _, launch in ex.launches:  # as task 07's capture does: each launch, nothing around it
+            codes.append(launch())
+    assert not any(codes), f"a launch returned a CUDA error while being captured: {codes}"
+    cache = ex.tensors[ex.graph.buffers[0]]
+    want = torch.zeros(4, 6, 3)
+    with torch.cuda.stream(ex.stream):
+        cache.zero_()  # what the warm-up wrote
+    for k, pos in enumerate([[3, 4, 0], [0, 0, 0], [1, 2, 0], [2, 3, 0]]):
+        v = rand((1, 2, 3), 60 + k)
+        want[pos[0], pos[1] : pos[1] + 2] = 2.0 * v[0]
+        with torch.cuda.stream(ex.stream):
+            ex.input_slot("v").copy_(v.cuda())
+            ex.input_slot("pos").copy_(torch.tensor(pos, dtype=torch.int64).cuda())
+            graph.replay()
+        ex.stream.synchronize()
+        assert torch.equal(ex.output_slot(0).cpu(), want), (
+            f"replay {k + 1}, offsets {pos}: the cache is not where the offsets say (read them on the device,"
+            f" at each run, from their slot)"
+        )
+
+
+@pytest.mark.gpu
+@pytest.mark.points(1)
+def test_every_copy_on_the_executors_stream():
+    """ex.replay() without a graph calls launch_all() from whatever stream the caller has current (lab
+    5's decode loop does this): every launch queues all its work, slice_update's copy of the offsets
+    included, on ex.stream. The caller's stream here is busy, so work queued there runs late."""
+    from kiln.models import kv_cache
+
+    ex = executor(kv_cache())
+    caller = torch.cuda.Stream()
+    want = torch.zeros(4, 6, 3)
+    for k, pos in enumerate([[2, 3, 0], [1, 0, 0], [3, 4, 0]]):
+        v = rand((1, 2, 3), 70 + k)
+        want[pos[0], pos[1] : pos[1] + 2] = v[0]
+        with torch.cuda.stream(ex.stream):
+            ex.input_slot("v").copy_(v.cuda())
+            ex.input_slot("pos").copy_(torch.tensor(pos, dtype=torch.int64).cuda())
+        with torch.cuda.stream(caller):
+            torch.cuda._sleep(SLEEP_CYCLES)
+            ex.replay()
+        ex.stream.synchronize()
+        got = ex.output_slot(0).cpu()
+        torch.cuda.synchronize()  # the caller's own queue drains before the next step
+        assert torch.equal(got, want), (
+            f"step {k + 1}, offsets {pos}: the cache is wrong when the launches are queued from a busy"
+            f" stream: copy the offsets on ex.stream"
+        )
 
 
 class CountingLib:

@@ -15,6 +15,14 @@ Zero launches per run: the test wraps `kiln.cuda.load_kernels` in a proxy that c
 the kernel entry points before the executor is built. Building it (the warm-up and the capture)
 calls them; a run must not call any: it replays the graph.
 
+A launch that passes the warm-up and fails while being captured must stop the build with a
+KilnRunError naming its node (a graph with a hole would replay stale results). And a run that
+replays while the caller's own stream is still writing the inputs (behind a slow kernel) must
+replay after that work: this exercises the replay path of your run (task 06) on a busy stream.
+
+TASK.mistakes names the class of mistake each case is there to catch; lab4/solutions/broken.py
+has a broken variant for each.
+
 Timing is not graded here: lab4/bench_graph.py measures the per-run time, graph against eager.
 
 The point tests import kiln inside their bodies: the grading process loads this file too and
@@ -38,6 +46,14 @@ TASK = PythonTask(
     builds_on=[*KERNELS, "kiln/planner.py", "kiln/cuda.py"],
     gpu=True,
     timeout=300,
+    mistakes={
+        "wrong capture stream": "new inputs every run: a capture of another stream records nothing, and"
+        " every replay returns what the capture-time launches computed",
+        "incomplete capture": "every operator, graph against eager bit for bit: a launch left out keeps the"
+        " warm-up's result",
+        "capture errors": "a test operator that passes the warm-up and fails in the capture: the executor"
+        " must refuse to build, naming the node",
+    },
 )
 
 
@@ -209,6 +225,63 @@ def test_chain_of_200_nodes():
     graph = chain(200)
     assert len([n for n in graph.nodes if n.op not in ("input", "constant")]) == 200
     same(graph, {"x": rand((4, 64), 3).cuda()}, "a chain of 200 nodes")
+
+
+@pytest.mark.gpu
+@pytest.mark.points(1)
+def test_a_launch_failing_in_the_capture_names_its_node():
+    """A launch that passed the warm-up and fails while being captured (a test operator whose second
+    call returns cudaErrorInvalidValue) is reported when the executor is built, by its node: a graph
+    with a launch missing would replay wrong results without a word."""
+    import kiln
+    from kiln import ops
+    from kiln.cuda import CUDA_LOWERINGS, CudaExecutor, register_cuda
+    from kiln.runtime import KilnRunError
+
+    def lower(ex, node):
+        calls = []
+
+        def launch():
+            calls.append(1)
+            return 0 if len(calls) == 1 else 1  # the warm-up's call succeeds, the capture's fails
+
+        return launch
+
+    if "test_fails_in_capture" not in ops.REGISTRY:
+        ops.register(ops.OpDef("test_fails_in_capture", 1, lambda ts, attrs: ts[0]))
+    if "test_fails_in_capture" not in CUDA_LOWERINGS:
+        register_cuda("test_fails_in_capture")(lower)
+    b = kiln.Builder("fails")
+    x = b.input("x", (4,), "float32")
+    y = b.op("test_fails_in_capture", x.relu())
+    b.output(y.relu())
+    with pytest.raises(KilnRunError) as err:
+        CudaExecutor(b.graph, use_graph=True)
+    msg = str(err.value)
+    assert f"%{y.node.name}" in msg, f"the message should name %{y.node.name} (test_fails_in_capture): {msg}"
+
+
+@pytest.mark.gpu
+@pytest.mark.points(1)
+def test_replays_after_the_callers_stream():
+    """A run that replays the graph while the caller's own stream is still busy writing the inputs
+    (a slow kernel ahead of the writes) computes on this run's inputs, every run."""
+    from kiln.cuda import CudaExecutor
+
+    graph = mlp()
+    fast, slow = CudaExecutor(graph, use_graph=True), CudaExecutor(graph, use_graph=False)
+    caller = torch.cuda.Stream()
+    for seed in range(2):
+        x = rand((16, 48), 200 + seed).cuda()
+        (want,) = slow.run({"x": x})
+        xin = torch.zeros(16, 48, device="cuda")
+        caller.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(caller):
+            torch.cuda._sleep(100_000_000)  # tens of milliseconds: far past the run's host work
+            xin.copy_(x)
+            (got,) = fast.run({"x": xin})
+        torch.cuda.synchronize()
+        assert torch.equal(got, want), f"run {seed + 1}: the replay read the input before the caller wrote it"
 
 
 def test_cuda_graph(grade):

@@ -7,16 +7,20 @@ Contract:  `CPUExecutor(graph)` keeps the constants (CPU tensors from graph.cons
            zero-filled tensor per buffer; both persist across runs (given code).
            `run({"x": tensor, ...})` first checks its inputs with `kiln.runtime.check_inputs`
            (missing, extra, wrong shape, dtype or device, non-contiguous: KilnRunError, given),
-           evaluates every node once, in graph.nodes order (a topological order), and returns
-           one CPU tensor per graph output, in order. A returned tensor is the caller's: a later
-           run must not change it (copy an output that shares a buffer's or an input's memory).
+           evaluates every node once, in graph.nodes order (a topological order), those no
+           output reads included, and returns one CPU tensor per graph output, in order. A
+           returned tensor is the caller's: a later run must not change it, nor may the caller's
+           changes to it or to its inputs change anything else (copy an output that shares a
+           buffer's, a constant's or an input's memory).
            A kernel `fn(node, args)` returns a contiguous tensor of `node.type`, except the views:
            `reshape` (a view of its input) and `slice_update`, which writes `value` into the
            persistent buffer at the offsets held in its third input (an i64 tensor, read at run
-           time) and returns that buffer. `add` and `mul` broadcast by numpy's rule (shapes
-           aligned on the right), explicitly, through `broadcast_to`, as the CUDA kernels of
-           tasks 03-05 must. `matmul` in f16/bf16 accumulates in float32 and casts the result
-           back; every other operator computes in its tensors' own dtype (one rounding).
+           time) and returns that buffer itself (a second update may be chained on it); offsets
+           that would put `value` outside the buffer raise KilnRunError naming the node.
+           `add` and `mul` broadcast by numpy's rule (shapes aligned on the right), explicitly,
+           through `broadcast_to`, as the CUDA kernels of tasks 03-05 must. `matmul` in f16/bf16
+           accumulates in float32 and casts the result back; every other operator computes in
+           its tensors' own dtype (one rounding; i64 exactly, never through a float).
            Lab 5 adds operators with `@register_cpu("name")`: dispatch through CPU_KERNELS only.
 Test:      make test-lab4 TASK=02
 """
