@@ -7,8 +7,10 @@
 //            linear_relu_lt, the same product with the bias and the ReLU done by cuBLASLt's
 //            RELU_BIAS epilogue, in one call.
 // Contract:  x (B, in), w (out, in) (torch Linear's layout), b (out,) and y (B, out) are DEVICE
-//            float32 arrays, row-major and contiguous, as torch stores them. x, w and b are
-//            read-only; y is written and overlaps none of them. B, in, out >= 1.
+//            float32 arrays, row-major and contiguous, as torch stores them, each at any address
+//            a float may have (a torch view may start at any element: 4-byte, not 256-byte,
+//            alignment). x, w and b are read-only; y is written and overlaps none of them.
+//            B, in, out >= 1.
 //            linear_gemmex:  y = x · wᵀ + b, accumulated in float32; tf32 != 0 lets cuBLAS round
 //                            x and w to TF32 (CUBLAS_COMPUTE_32F_FAST_TF32), tf32 == 0 forbids it.
 //            linear_relu_lt: y = max(x · wᵀ + b, 0), in float32 (no TF32).
@@ -81,6 +83,13 @@ COURSE_API cudaError_t linear_gemmex(const float* x, const float* w, const float
     // TODO(lab3/03) end
 }
 
+// The largest power of two, up to the 256 bytes cuBLASLt assumes unless told, that divides p's address.
+inline uint32_t alignment_of(const void* p) {
+    uint32_t bytes = 256;
+    while (reinterpret_cast<uintptr_t>(p) % bytes != 0) bytes /= 2;
+    return bytes;
+}
+
 // Destroys whatever of a matmul's descriptors exists, on every way out of linear_relu_lt.
 struct LtDescriptors {
     cublasLtMatmulDesc_t op = nullptr;
@@ -102,7 +111,7 @@ COURSE_API cudaError_t linear_relu_lt(const float* x, const float* w, const floa
     CUDA_CHECK(blas(&h));
     LtDescriptors lt;
 
-    // TODO(lab3/03) begin: the same column-major product as linear_gemmex (float32, no TF32) as a cuBLASLt operation whose epilogue adds b and applies ReLU: the operation's transposes, epilogue and bias pointer, the three layouts, a heuristic's algorithm within the workspace, then one cublasLtMatmul with beta = 0; see the chapter's section "cuBLASLt and its epilogues"; about 25 lines; the bias runs along D's rows: which of yᵀ's dimensions is that?
+    // TODO(lab3/03) begin: the same column-major product as linear_gemmex (float32, no TF32) as a cuBLASLt operation whose epilogue adds b and applies ReLU: the operation's transposes, epilogue and bias pointer, the three layouts, a heuristic's algorithm within the workspace, then one cublasLtMatmul; the heuristic assumes every pointer 256-byte aligned unless the preference says how aligned each really is (a torch view may start at any element), and the epilogue's bias pointer has no such preference (a bias that is not 16-byte aligned can go in as C, broadcast into y, with beta = 1); see the chapter's section "cuBLASLt and its epilogues"; about 35 lines; the bias runs along D's rows: which of yᵀ's dimensions is that? Try x at x + 1.
     (void)h;  //~
     (void)lt;  //~
     return cudaErrorNotYetImplemented;  //~

@@ -15,8 +15,10 @@ includes rebuilds it, while a lookup of an unchanged task costs a few hashes and
 
 The record also keeps what the rules judge (grader/parent/static_checks.py): the headers that
 belong to a library and the line of a graded file that brought each in, the shared libraries and
-library symbols the .so needs, and per kernel ptxas's shared memory and barriers and what its
-PTX touches.
+library symbols the .so needs, the symbols each object leaves undefined and, per C entry point,
+the library calls and kernels its code reaches (grader/build/objects.py), and per kernel ptxas's
+shared memory and barriers, what its PTX touches, its inline-asm instructions and its SASS
+opcodes. The task process reads the same record to judge the kernels a call launched.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grader import paths, toolchain
-from grader.build import packages
+from grader.build import objects, packages
+from grader.build.objects import EntryReach
 from grader.build.ptxas import PtxFacts, demangle, parse_entries, parse_ptx
 from grader.records import KernelResources, Verdict
 
@@ -52,7 +55,7 @@ LINK_FLAGS = ["-shared"]
 # what a task's nvcc_flags may not say: the grader decides debug level, outputs and build steps
 REFUSED_TASK_FLAGS = ("-G", "--device-debug", "-o", "--output-file", "-c", "--compile", "-shared", "--shared")
 COMPILED = (".cu", ".cpp", ".cc", ".cxx", ".c")  # a task's other files (headers) are hashed, not compiled
-RECORD_FORMAT = 1
+RECORD_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,13 @@ class KernelFacts:
     barriers: int | None  # None: this ptxas does not report barriers
     ptx_shared: bool
     ptx_barrier: bool
+    mangled: str = ""
+    inline_asm: list[str] = field(default_factory=list)  # "fma.rn.f32", "mov.u32 %laneid" (its callees' too)
+    sass: list[str] | None = None  # distinct SASS opcodes; None: cuobjdump was not found
+
+    @property
+    def tensor_core_opcodes(self) -> list[str]:
+        return objects.tensor_core_opcodes(self.sass or ())
 
     @property
     def uses_shared_memory(self) -> bool:
@@ -127,6 +137,19 @@ class BuildFacts:
     needed: list[str] | None = None  # the .so's DT_NEEDED; None: readelf is missing
     library_symbols: list[str] | None = None  # undefined symbols of a CUDA library (cublas*, cudnn*, ...)
     kernels: list[KernelFacts] = field(default_factory=list)
+    # per graded source, the symbols its object leaves undefined; None: readelf is missing
+    undefined: dict[str, list[str]] | None = None
+    # per C entry point, the external symbols and the kernels its code reaches
+    reach: dict[str, EntryReach] | None = None
+    # per graded source, each run-time symbol lookup (dlsym ...) -> the functions that refer to it
+    lookups: dict[str, dict[str, list[str]]] | None = None
+
+    def kernel(self, mangled_or_name: str) -> KernelFacts | None:
+        """The compiled kernel of this name (mangled, or demangled as a profiler shows it)."""
+        for k in self.kernels:
+            if mangled_or_name in (k.mangled, k.kernel) or k.kernel.split("(")[0] == mangled_or_name:
+                return k
+        return None
 
 
 @dataclass
@@ -274,7 +297,15 @@ def _plan(unit: BuildUnit, arch: str, identity: str, nvcc: Path) -> _Plan:
     compile_extra: list[str] = [f"-I{d}" for d in unit.include_dirs]
     link_extra: list[str] = []
     external: list[Path] = []
-    material: list[object] = [FLAGS, LINK_FLAGS, list(unit.flags), arch, identity, [str(d) for d in unit.include_dirs]]
+    material: list[object] = [
+        FLAGS,
+        objects.SECTION_FLAGS,
+        LINK_FLAGS,
+        list(unit.flags),
+        arch,
+        identity,
+        [str(d) for d in unit.include_dirs],
+    ]
     for dist in unit.include_packages:
         if dist not in packages.HEADER_PACKAGES:
             known = ", ".join(packages.HEADER_PACKAGES)
@@ -350,13 +381,29 @@ def _cached(plan: _Plan) -> BuildResult | None:
 
 
 def _facts_from(record: dict) -> BuildFacts:
+    reach = record["reach"]
     return BuildFacts(
         headers=list(record["headers"]),
         library_headers=dict(record["library_headers"]),
         needed=record["needed"],
         library_symbols=record["library_symbols"],
         kernels=[KernelFacts(**k) for k in record["kernels"]],
+        undefined=record["undefined"],
+        reach=None if reach is None else {e: EntryReach(**r) for e, r in reach.items()},
+        lookups=record["lookups"],
     )
+
+
+def read_record(lib: Path) -> BuildFacts | None:
+    """The facts recorded beside a built library (for the task process, which judges the
+    kernels a call launched); None when there is no record this grader reads."""
+    try:
+        record = json.loads(lib.with_suffix(".json").read_text())
+        if record.get("format") != RECORD_FORMAT:
+            return None
+        return _facts_from(record)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 # --- building ---------------------------------------------------------------------------------
@@ -410,6 +457,7 @@ def _compile_command(plan: _Plan, i: int, src: Path, arch: str, nvcc: Path) -> l
     return [
         str(nvcc),
         *FLAGS,
+        *objects.SECTION_FLAGS,  # one section per function: its relocations say what it calls
         *toolchain.gencode_flags(arch),
         f"-I{paths.INCLUDE}",
         *plan.compile_extra,
@@ -568,6 +616,7 @@ def _record(plan: _Plan, tk: Toolkit, log: str) -> dict:
     resources: list[dict] = []
     # all files' PTX at once: with -rdc a kernel may call a function another file defines
     ptx = parse_ptx("\n".join(f.read_text(errors="replace") for f in sorted(work.glob("*/*.ptx"))))
+    opcodes = objects.sass(work / "lib.so")
     for i, src in _compiled(plan):
         log_file = work / f"{i}.log"
         entries = parse_entries(log_file.read_text(errors="replace")) if log_file.exists() else []
@@ -578,10 +627,22 @@ def _record(plan: _Plan, tk: Toolkit, log: str) -> dict:
             resources.append(asdict(e.resources))
             kernels.append(
                 asdict(
-                    KernelFacts(name, paths.rel(src), e.resources.smem_bytes, e.barriers, facts.shared, facts.barrier)
+                    KernelFacts(
+                        name,
+                        paths.rel(src),
+                        e.resources.smem_bytes,
+                        e.barriers,
+                        facts.shared,
+                        facts.barrier,
+                        mangled=e.mangled,
+                        inline_asm=list(facts.inline_asm),
+                        sass=None if opcodes is None else opcodes.get(e.mangled, []),
+                    )
                 )
             )
     needed, symbols = _dynamic(work / "lib.so")
+    own = [(paths.rel(src), work / f"{i}.o") for i, src in _compiled(plan)]
+    found = objects.object_facts(own, {k["mangled"] for k in kernels})
     return {
         "format": RECORD_FORMAT,
         "key": plan.key,
@@ -592,6 +653,9 @@ def _record(plan: _Plan, tk: Toolkit, log: str) -> dict:
         "library_symbols": symbols,
         "kernels": kernels,
         "kernels_resources": resources,
+        "undefined": None if found is None else found.undefined,
+        "reach": None if found is None else {e: asdict(r) for e, r in found.reach.items()},
+        "lookups": None if found is None else found.lookups,
     }
 
 

@@ -80,7 +80,30 @@ _FUNCTION = re.compile(
 _SHARED_OP = re.compile(r"^[ \t]*(?:@!?%\w+[ \t]+)?[a-z][^\n;]*?\.shared\b", re.M)
 # a block-wide barrier: bar.sync, bar.red, bar.arrive, barrier.sync, barrier.cta.* (bar.warp.sync is a warp's)
 _BARRIER_OP = re.compile(r"^[ \t]*(?:@!?%\w+[ \t]+)?(?:bar|barrier)(?:\.cta)?\.(?:sync|red|arrive)\b", re.M)
-_CALL = re.compile(r"\bcall(?:\.uni)?[ \t]+(?:\([^)]*\)[ \t]*,[ \t]*)?(?P<name>[A-Za-z_$][\w$]*)")
+# nvcc writes the callee on the line after `call.uni (retval0),`
+_CALL = re.compile(r"\bcall(?:\.uni)?\s+(?:\([^)]*\)\s*,\s*)?(?P<name>[A-Za-z_$][\w$]*)")
+
+
+_INLINE_ASM = re.compile(r"^[ \t]*// begin inline asm[ \t]*\n(.*?)^[ \t]*// end inline asm", re.M | re.S)
+# a PTX special register (%laneid, %tid.x, %clock64): not a virtual register (%r12, %rd3, %f1, %p2)
+_SPECIAL = re.compile(r"%(?![a-z]{1,3}\d)([a-z_][a-z_0-9]*(?:\.[xyz])?)")
+
+
+def inline_asm(body: str) -> list[str]:
+    """The instructions of the inline-asm statements in a function's PTX, nvcc marks them with
+    `// begin inline asm`, each written as its mnemonic and the special registers it names:
+    "fma.rn.f32", "mov.u32 %laneid"."""
+    found: list[str] = []
+    for block in _INLINE_ASM.finditer(body):
+        for statement in block[1].split(";"):
+            text = re.sub(r"//[^\n]*|\{|\}", " ", statement).strip()
+            text = re.sub(r"^@!?%\w+\s+", "", text)  # a predicate guard
+            if not text or text.startswith(".") or text.endswith(":"):
+                continue  # a declaration (.reg) or a label
+            mnemonic, _, operands = text.partition(" ")
+            specials = [f"%{s}" for s in _SPECIAL.findall(operands)]
+            found.append(" ".join([mnemonic, *specials]))
+    return found
 
 
 @dataclass
@@ -89,12 +112,14 @@ class PtxFacts:
 
     shared: bool  # reads, writes or takes the address of shared memory (static or dynamic)
     barrier: bool  # has a block-wide barrier
+    inline_asm: tuple[str, ...] = ()  # its inline-asm instructions (and its callees'), distinct
 
 
 def parse_ptx(ptx: str) -> dict[str, PtxFacts]:
     """Facts per kernel (`.entry`), by mangled name."""
     starts = list(_FUNCTION.finditer(ptx))
     direct: dict[str, tuple[bool, bool, set[str]]] = {}
+    asm: dict[str, list[str]] = {}
     entries: list[str] = []
     for i, m in enumerate(starts):
         body = ptx[m.end() : starts[i + 1].start() if i + 1 < len(starts) else len(ptx)]
@@ -104,6 +129,7 @@ def parse_ptx(ptx: str) -> dict[str, PtxFacts]:
         if ".entry" in m.group(0):
             entries.append(name)
         calls = {c["name"] for c in _CALL.finditer(body)} - {name}
+        asm.setdefault(name, []).extend(inline_asm(body))
         shared, barrier, known = direct.get(name, (False, False, set()))
         direct[name] = (
             shared or bool(_SHARED_OP.search(body)),
@@ -115,6 +141,7 @@ def parse_ptx(ptx: str) -> dict[str, PtxFacts]:
         seen: set[str] = set()
         todo = [name]
         shared = barrier = False
+        instructions: dict[str, None] = {}
         while todo:
             f = todo.pop()
             if f in seen or f not in direct:
@@ -122,6 +149,7 @@ def parse_ptx(ptx: str) -> dict[str, PtxFacts]:
             seen.add(f)
             s, b, calls = direct[f]
             shared, barrier = shared or s, barrier or b
+            instructions.update(dict.fromkeys(asm.get(f, ())))
             todo.extend(calls)
-        facts[name] = PtxFacts(shared, barrier)
+        facts[name] = PtxFacts(shared, barrier, tuple(instructions))
     return facts

@@ -1,5 +1,7 @@
 """The rules and not-started detection: on the source text before the build (`check_source`),
-and on what the build compiled after it (`check_build`)."""
+and on what the build compiled after it (`check_build`): the headers it read, the libraries it
+links, what each C entry point's code reaches, and each kernel's shared memory, barriers,
+inline PTX and SASS. The rules' run-time half is grader/child/observe.py."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader import paths
-from grader.build import packages
+from grader.build import objects, packages
 from grader.build.nvcc import BuildFacts, BuildResult, KernelFacts
 from grader.records import Verdict
 from grader.tasks.regions import (
@@ -112,7 +114,7 @@ def check_build(task: Task, build: BuildResult, sources: Mapping[str, Path]) -> 
     business: on a machine without cuBLAS, `#include <cublas_v2.h>` breaks that rule, not the
     compiler."""
     rules = [r for r in task.rules if r.compiled]
-    if not rules or any(_unstarted(p) for p in sources.values()):
+    if any(_unstarted(p) for p in sources.values()):
         return StaticOutcome(None, "", [])
     if not build.ok or build.facts is None:
         if any(r.kind == "no_libraries" for r in rules):
@@ -123,8 +125,14 @@ def check_build(task: Task, build: BuildResult, sources: Mapping[str, Path]) -> 
                     where = f"{paths.rel(Path(m['file']))}:{m['line'] or m['line2']}"
                     return StaticOutcome(Verdict.RULE, f"{where}: {_line_of(where)}includes {header}: {why}", [])
         return StaticOutcome(None, "", [])
+    if not any(r.kind == "allow_lookup" for r in rules):
+        message = lookups(build.facts)
+        if message:
+            return StaticOutcome(Verdict.RULE, message, [])
+    entries = tuple(e.symbol for e in getattr(task, "entries", ()))
     for rule in rules:
-        message = _JUDGES[rule.kind](rule, build.facts)
+        judge = _JUDGES.get(rule.kind)
+        message = judge(rule, build.facts, entries) if judge else None
         if message:
             return StaticOutcome(Verdict.RULE, message, [])
     return StaticOutcome(None, "", [])
@@ -158,21 +166,34 @@ def _short(header: str) -> str:
     return parts[-1]
 
 
-def _no_libraries(rule: Rule, facts: BuildFacts) -> str | None:
+def _no_libraries(rule: Rule, facts: BuildFacts, entries: tuple[str, ...] = ()) -> str | None:
+    return _libraries(rule, facts, lambda library: True)
+
+
+def _no_library(rule: Rule, facts: BuildFacts, entries: tuple[str, ...] = ()) -> str | None:
+    return _libraries(rule, facts, lambda library: bool(re.fullmatch(rule.pattern, library)))
+
+
+def _libraries(rule: Rule, facts: BuildFacts, counts: Callable[[str], bool]) -> str | None:
+    """The first library header, linked library or library symbol (of a library `counts`) the
+    build reached for, as a message; None when there is none."""
     for header, where in facts.library_headers.items():
         library = packages.library_of_header(header, paths.ROOT)
+        if not library or not counts(library):
+            continue
         if where:
             return f"{where}: {_line_of(where)}brings in {_short(header)} ({library}): {rule.why}"
         return f"the build read {_short(header)} ({library}), a library header: {rule.why}"
     for header in facts.headers:  # a record without include lines (none found)
         library = packages.library_of_header(header, paths.ROOT)
-        if library:
+        if library and counts(library):
             return f"the build read {_short(header)} ({library}), a library header: {rule.why}"
-    linked = [n for n in facts.needed or [] if packages.library_of_soname(n)]
+    linked = [n for n in facts.needed or [] if (lib := packages.library_of_soname(n)) and counts(lib)]
     if linked:
         return f"the library links {', '.join(linked)}: {rule.why}"
-    if facts.library_symbols:
-        shown = ", ".join(facts.library_symbols[:3]) + (", ..." if len(facts.library_symbols) > 3 else "")
+    called = [s for s in facts.library_symbols or [] if (lib := packages.library_of_symbol(s)) and counts(lib)]
+    if called:
+        shown = ", ".join(called[:3]) + (", ..." if len(called) > 3 else "")
         return f"the library calls {shown}: {rule.why}"
     return None
 
@@ -208,7 +229,7 @@ def _failing(rule: Rule, facts: BuildFacts, complies: Callable[[KernelFacts], bo
     return without[0], more
 
 
-def _shared_memory(rule: Rule, facts: BuildFacts) -> str | None:
+def _shared_memory(rule: Rule, facts: BuildFacts, entries: tuple[str, ...] = ()) -> str | None:
     found = _failing(rule, facts, lambda k: k.uses_shared_memory)
     if isinstance(found, str):
         return found or None
@@ -220,7 +241,7 @@ def _shared_memory(rule: Rule, facts: BuildFacts) -> str | None:
     )
 
 
-def _barrier(rule: Rule, facts: BuildFacts) -> str | None:
+def _barrier(rule: Rule, facts: BuildFacts, entries: tuple[str, ...] = ()) -> str | None:
     found = _failing(rule, facts, lambda k: k.has_barrier)
     if isinstance(found, str):
         return found or None
@@ -232,4 +253,177 @@ def _barrier(rule: Rule, facts: BuildFacts) -> str | None:
     )
 
 
-_JUDGES = {"no_libraries": _no_libraries, "shared_memory": _shared_memory, "barrier": _barrier}
+# --- what the entry points' code reaches, and the kernels it can launch ---------------------------
+
+
+def lookups(facts: BuildFacts) -> str | None:
+    """A run-time symbol lookup in the student's objects, as a message; None when there is none."""
+    for source, symbols in (facts.undefined or {}).items():
+        sites = (facts.lookups or {}).get(source, {})
+        found = [s for s in symbols if s in objects.LOOKUPS and not objects.nvtx_only(sites.get(s, ()), facts.headers)]
+        if found:
+            callers = sorted({f for s in found for f in sites.get(s, ())})
+            where = f" (in {', '.join(callers[:3])})" if callers else ""
+            return (
+                f"{source}: its compiled code calls {', '.join(found)}{where}, a run-time symbol lookup: a function "
+                f"found that way (the cuBLAS that torch already loaded, a driver entry point) escapes this task's "
+                f"rules on what it may use; call the CUDA runtime directly, and only what the task allows"
+            )
+    return None
+
+
+def _named(rule: Rule, task_entries: tuple[str, ...]) -> tuple[str, ...]:
+    return getattr(rule, "entries", ()) or task_entries
+
+
+def reached(facts: BuildFacts, entry: str) -> tuple[list[str], list[KernelFacts]] | None:
+    """The external symbols and the compiled kernels `entry`'s code reaches; None when the build
+    could not say (no readelf, or no C function of that name): then every symbol and kernel."""
+    if facts.reach is None or entry not in facts.reach:
+        return None
+    r = facts.reach[entry]
+    kernels = [k for k in facts.kernels if k.mangled in r.kernels]
+    return r.calls, kernels
+
+
+def _everything(facts: BuildFacts) -> tuple[list[str], list[KernelFacts]]:
+    symbols = sorted({s for syms in (facts.undefined or {}).values() for s in syms})
+    return symbols, list(facts.kernels)
+
+
+def _runtime_calls(symbols: list[str]) -> str:
+    shown = [s for s in symbols if re.match(r"(cuda|cu[A-Z]|cublas|cudnn|cufft|curand|cusparse|cusolver)", s)]
+    if not shown:
+        return "no CUDA runtime or library function"
+    return ", ".join(shown[:8]) + (", ..." if len(shown) > 8 else "")
+
+
+def shown(pattern: str) -> str:
+    """A rule's regex as a student reads it: cudaStreamCreate* or cudaHostAlloc, fma.rn.f32."""
+    return re.sub(r"\\w[*+]", "*", pattern).replace("\\", "").replace("|", " or ")
+
+
+def symbol_matches(pattern: str, symbol: str) -> bool:
+    """`pattern` names the function; the runtime's per-thread-stream and versioned spellings of it
+    (cudaMemcpyAsync_ptsz, cuGetProcAddress_v2) count as it."""
+    return re.fullmatch(rf"(?:{pattern})(?:_ptsz|_ptds|_v\d+)?", symbol) is not None
+
+
+def _calls(rule: Rule, facts: BuildFacts, entries: tuple[str, ...]) -> str | None:
+    pattern = {"graph_replay": "cudaGraphLaunch", "pinned_copies": "cudaMallocHost|cudaHostAlloc|cudaHostRegister"}
+    wanted = pattern.get(rule.kind, rule.pattern)
+    for entry in _named(rule, entries):
+        found = reached(facts, entry)
+        symbols = found[0] if found else _everything(facts)[0]
+        if not any(symbol_matches(wanted, s) for s in symbols):
+            if found is None:
+                return f"the compiled code never calls {shown(wanted)}: {rule.why}"
+            return (
+                f"`{entry}` never calls {shown(wanted)}: no code it reaches refers to it (a call in a helper that it "
+                f"never calls does not count; it reaches {_runtime_calls(symbols)}): {rule.why}"
+            )
+    return None
+
+
+def _never_calls(rule: Rule, facts: BuildFacts, entries: tuple[str, ...]) -> str | None:
+    named = getattr(rule, "entries", ())
+    groups = [(e, reached(facts, e)) for e in named] or [("", None)]
+    for entry, found in groups:
+        symbols = found[0] if found else _everything(facts)[0]
+        bad = [s for s in symbols if symbol_matches(rule.pattern, s)]
+        if bad:
+            whose = f"`{entry}` reaches a call of" if found else "the compiled code calls"
+            return f"{whose} {', '.join(bad[:3])}: {rule.why}"
+    return None
+
+
+def _kernels_of(rule: Rule, facts: BuildFacts, entries: tuple[str, ...]) -> list[tuple[str, list[KernelFacts]]]:
+    """Per entry point (or one group for the whole build when the record cannot say), the compiled
+    kernels it reaches, named like the rule's pattern when the rule uses it for kernels."""
+    groups: list[tuple[str, list[KernelFacts]]] = []
+    for entry in _named(rule, entries):
+        found = reached(facts, entry)
+        if found is None:
+            return [("", _everything(facts)[1])]
+        groups.append((entry, found[1]))
+    return groups or [("", list(facts.kernels))]
+
+
+def _names(kernels: list[KernelFacts]) -> str:
+    return ", ".join(k.kernel.split("(")[0] for k in kernels) or "none"
+
+
+def _whom(entry: str) -> str:
+    return f"`{entry}` reaches" if entry else "the build compiled"
+
+
+def _tensor_cores(rule: Rule, facts: BuildFacts, entries: tuple[str, ...]) -> str | None:
+    for entry, kernels in _kernels_of(rule, facts, entries):
+        chosen = [k for k in kernels if not rule.pattern or re.search(rule.pattern, k.kernel)]
+        if any(k.sass is None for k in chosen):
+            return None  # no cuobjdump here: the task process judges the kernels that ran
+        if not any(k.tensor_core_opcodes for k in chosen):
+            return (
+                f"no kernel {_whom(entry)} executes a tensor-core instruction: the SASS of "
+                f"{_names(chosen)} has no HMMA or HGMMA: {rule.why}"
+            )
+    return None
+
+
+def _cuda_cores(rule: Rule, facts: BuildFacts, entries: tuple[str, ...]) -> str | None:
+    for entry, kernels in _kernels_of(rule, facts, entries):
+        chosen = [k for k in kernels if not rule.pattern or re.search(rule.pattern, k.kernel)]
+        users = [k for k in chosen if k.tensor_core_opcodes]
+        if users:
+            ops = ", ".join(users[0].tensor_core_opcodes[:3])
+            return f"{_whom(entry)} {_names(users)}, which executes tensor-core instructions ({ops}): {rule.why}"
+    return None
+
+
+def _sass(rule: Rule, facts: BuildFacts, entries: tuple[str, ...]) -> str | None:
+    named = getattr(rule, "kernels", "")
+    for entry, kernels in _kernels_of(rule, facts, entries):
+        chosen = [k for k in kernels if not named or re.search(named, k.kernel)]
+        if any(k.sass is None for k in chosen):
+            return None  # no cuobjdump here: the task process judges the kernels that ran
+        if not any(re.match(rule.pattern, op) for k in chosen for op in k.sass or ()):
+            return f"no kernel {_whom(entry)} ({_names(chosen)}) executes {shown(rule.pattern)} (SASS): {rule.why}"
+    return None
+
+
+def _inline_ptx(rule: Rule, facts: BuildFacts, entries: tuple[str, ...]) -> str | None:
+    for entry, kernels in _kernels_of(rule, facts, entries):
+        if not any(re.search(rule.pattern, i) for k in kernels for i in k.inline_asm):
+            have = sorted({i for k in kernels for i in k.inline_asm})
+            return (
+                f"no kernel {_whom(entry)} ({_names(kernels)}) has `{shown(rule.pattern)}` in an asm statement whose "
+                f"result is used (its inline PTX: {', '.join(have) or 'none'}): {rule.why}"
+            )
+    return None
+
+
+def _kernel_named(rule: Rule, facts: BuildFacts, entries: tuple[str, ...]) -> str | None:
+    for entry, kernels in _kernels_of(rule, facts, entries):
+        if not any(re.search(rule.pattern, k.kernel) for k in kernels):
+            named = shown(rule.pattern)
+            return f"no kernel {_whom(entry)} is named like `{named}` (there: {_names(kernels)}): {rule.why}"
+    return None
+
+
+_JUDGES: dict[str, Callable[[Rule, BuildFacts, tuple[str, ...]], str | None]] = {
+    "no_libraries": _no_libraries,
+    "no_library": _no_library,
+    "shared_memory": _shared_memory,
+    "barrier": _barrier,
+    "calls": _calls,
+    "calls_each_time": _calls,
+    "never_calls": _never_calls,
+    "graph_replay": _calls,
+    "pinned_copies": _calls,
+    "tensor_cores": _tensor_cores,
+    "no_tensor_cores": _cuda_cores,
+    "inline_ptx": _inline_ptx,
+    "sass": _sass,
+    "sass_reached": _sass,
+    "kernel_named": _kernel_named,
+}

@@ -35,6 +35,7 @@ kernel), while a version that fixes the host side but keeps one thread per block
 """
 
 from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, In, Int, Out, PerfTarget, Rule
+from grader.tasks.rules import no_runtime_calls
 
 ARGS = [In("x"), Out("y"), Int("n"), Int("iters")]
 SIZES = [1, 2, 3, 1000, (1 << 20) + 3]
@@ -88,10 +89,20 @@ HOST_WORK_IN_FAST = Rule(
     " leave the waiting to the grader",
 )
 
+# The mistakes these checks are designed to catch, each with the input or check that exposes it
+# (lab2/solutions/broken.py has a variant of each).
+MISTAKES = {
+    "allocation per round": "the source rule on smooth_fast's body: a cudaMalloc, cudaFree, copy or synchronize in it",
+    "edges": "n = 1, 2 and 3, where both ends clamp, compared bit for bit",
+    "odd rounds": "iters = 1 and 10 beside 2: the last round must land in y whichever buffer the first writes",
+    "slow kernel kept": "the 50x performance target on n = 2^20 with 4 rounds: one thread per block earns nothing",
+}
+
 TASK = CudaTask(
     lab="lab2",
     number="00",
     title="profile first",
+    mistakes=MISTAKES,
     sources=["00_profile_first.cu"],
     entries=[
         # smooth_slow first: make profile-lab2 TASK=00 profiles the entry points in this order
@@ -103,7 +114,18 @@ TASK = CudaTask(
     make_inputs=make_inputs,
     tolerance={"f32": (0.0, 0.0)},
     timing_case=label(*TIMING),
-    rules=[NO_LIBRARIES, HOST_WORK_IN_FAST],
+    rules=[
+        NO_LIBRARIES,
+        HOST_WORK_IN_FAST,
+        # the same rule on what a call did (on a GPU): a macro or a helper spelling the calls
+        # differently still allocates, copies or waits in the observed call; the scratch buffer's
+        # one cudaMalloc belongs to the first call of a size, which is not the observed one
+        no_runtime_calls(
+            r"cuda(?:Malloc\w*|Free\w*|Memcpy\w*|\w*Synchronize)",
+            "smooth_fast must not allocate, free, copy or synchronize once its scratch buffer exists",
+            entries="smooth_fast",
+        ),
+    ],
     perf=[PerfTarget("smooth_fast", "speedup_over:smooth_slow", 50.0, 2, gate=True)],
 )
 

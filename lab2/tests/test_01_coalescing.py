@@ -5,7 +5,12 @@ beside it for the comparison (it earns no performance points).
 Inputs are int64 in (-2^40, 2^40), so a sum never overflows. Besides the cases, a check passes
 views that start one element (8 bytes) into their buffers, alone or together, so a kernel with
 16-byte loads must handle pointers that are not 16-byte aligned. `make grade` adds n = 2^31 + 17:
-a, b, c and the reference then take 16 GiB each on the GPU."""
+a, b, c and the reference then take 16 GiB each on the GPU.
+
+misaligned_views also catches a kernel that picks its 16-byte path from some of the pointers only
+(c alone one element in); n = 2^20 + 3 and 2^26 lie past one wave of the resident-blocks grid, so a
+kernel without its grid-stride loop leaves their ends unwritten.
+"""
 
 from grader.child.context import RunContext, seed_for
 from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, In, Out, PerfTarget, Size, Verdict
@@ -75,10 +80,19 @@ def misaligned_views(ctx: RunContext) -> None:
                 ctx.fail(f"add_coalesced wrote outside c for {where}", Verdict.WRONG)
 
 
+# The mistakes these checks are designed to catch, each with the input or check that exposes it
+# (lab2/solutions/broken.py has a variant of each).
+MISTAKES = {
+    "tail": "odd n (1, 31, 33, 4097, 2^20 + 3): the last element after the last whole pair",
+    "unaligned pointer": "misaligned_views: a, b and c one element into their buffers, alone and together",
+    "no grid-stride loop": "n = 2^20 + 3 and 2^26, past one wave of the resident-blocks grid",
+}
+
 TASK = CudaTask(
     lab="lab2",
     number="01",
     title="coalescing (int64 vector add)",
+    mistakes=MISTAKES,
     sources=["01_coalescing.cu"],
     entries=[entry("add_coalesced"), entry("add_strided")],
     cases=[Case(f"n={n}", n=n) for n in SIZES] + [Case("n=2^26", n=TIMING), Case("n=2^31+17", huge=True, n=HUGE)],

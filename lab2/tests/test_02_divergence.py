@@ -23,6 +23,10 @@ stays under 9e-6, below float32's default tolerance (1e-5 + 1e-5 |y|), which thi
 practice the errors are a few 1e-7. Zeros, a pass-through of x, an fp16 rounding (2^-11
 relative), a boundary value on the wrong side (0.25 away or more) or a value of the wrong piece
 fail it by orders of magnitude.
+
+The injected -2, -1, 0, 1 and 2 map to t = +-1, where every term of P counts in full: a Horner loop
+that drops the top coefficient (c_56 t^56 = 3.1e-4 there) fails on them, though the term is under
+the tolerance wherever |t| < 0.93.
 """
 
 from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, In, Out, PerfTarget, Rule, Size
@@ -112,10 +116,20 @@ NO_BRANCH = Rule(
     "without if, else, switch or ?: (with arithmetic on comparisons, or an index into a table)",
 )
 
+# The mistakes these checks are designed to catch, each with the input or check that exposes it
+# (lab2/solutions/broken.py has a variant of each).
+MISTAKES = {
+    "wrong piece": "every case from n = 1: a value given another piece's parameters is off by far",
+    "boundary value": "the injected -1, 0 and 1 (every 16th element from the 6th, n >= 22)",
+    "no grid-stride loop": "n = 2^20 + 7 and 2^24, more elements than the fixed grid has threads",
+    "polynomial degree": "the injected -2, -1, 0, 1 and 2, which map to t = +-1, where the top term c_56 t^56 is 3e-4",
+}
+
 TASK = CudaTask(
     lab="lab2",
     number="02",
     title="warp divergence",
+    mistakes=MISTAKES,
     sources=["02_divergence.cu"],
     entries=[
         Entry("piecewise_uniform", ARGS, reference=reference, bytes_moved=bytes_moved, flops=flops),

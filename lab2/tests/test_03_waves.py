@@ -18,6 +18,9 @@ blocks, one block short of a wave, one block past it), on multiples of the devic
 run_busy, given, is checked like any entry point: each thread writes its block index after its block
 has spun for SPIN_CYCLES clock cycles. The tail effect itself (one block past a full wave doubling the
 time) is explained in the chapter, not timed here: timing never decides a verdict.
+
+The configurations with 8, 40 and 48 KiB of dynamic shared memory per block fail an occupancy
+asked without it.
 """
 
 import ctypes
@@ -25,6 +28,7 @@ import ctypes
 from grader.child.context import RunContext
 from grader.child.ffi import HarnessError
 from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, Int, Out, Rule
+from grader.tasks.rules import calls
 
 BUSY, HEAVY = 0, 1
 NAMES = {BUSY: "busy_kernel", HEAVY: "heavy_kernel"}
@@ -210,10 +214,21 @@ def reference(v):
     return {"block_ids": g // v["threads"]}
 
 
+# The mistakes these checks are designed to catch, each with the input or check that exposes it
+# (lab2/solutions/broken.py has a variant of each).
+MISTAKES = {
+    "threads-only occupancy": "occupancy_matches_the_driver: limits of registers, shared memory, warps, block cap",
+    "dynamic shared memory": "occupancy_matches_the_driver's 8, 40 and 48 KiB of dynamic shared memory per block",
+    "hard-coded device": "the source rule on the SM count, and torch's SM count on any card but an H100 SXM or H200",
+    "waves rounded down": "waves_round_up: one block past a whole wave",
+    "double past 2^53": "waves_round_up's block counts past 2^53",
+}
+
 TASK = CudaTask(
     lab="lab2",
     number="03",
     title="waves and tails",
+    mistakes=MISTAKES,
     sources=["03_waves.cu"],
     entries=[Entry("run_busy", [Out("block_ids", "i32"), Int("blocks"), Int("threads")], reference=reference)],
     cases=[Case(f"<<<{b},{t}>>>", blocks=b, threads=t) for b, t in LAUNCHES],
@@ -225,6 +240,13 @@ TASK = CudaTask(
             r"cudaDevAttrMultiProcessorCount|multiProcessorCount",
             "the SM count comes from the device (cudaDevAttrMultiProcessorCount), never from a constant: "
             "an H100 SXM has 132 SMs, an H100 PCIe 114, an A100 108",
+        ),
+        # the compiled half: occupancy_report's own code asks the device (a call in a helper it
+        # never calls does not count); the attribute's name is a constant, which only the text shows
+        calls(
+            "cudaDeviceGetAttribute|cudaGetDeviceProperties",
+            "the SM count comes from the device (cudaDeviceGetAttribute), never from a constant",
+            entries="occupancy_report",
         ),
     ],
     checks=[occupancy_matches_the_driver, waves_round_up],

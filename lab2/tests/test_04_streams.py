@@ -20,10 +20,16 @@ calls, which the cases do (1, 1000, 2^20 = one whole chunk, 2^20 + 3 = a chunk o
 end, 2^24) and the check `sizes_change_between_calls` does on purpose, before the cases.
 
 MODULUS, INCREMENT and ROUNDS must stay equal to the constants of the same names in 04_streams.cu.
+
+A kernel launched off its chunk's stream (on the legacy default stream, which the non-blocking
+streams neither wait for nor hold up) is ordered after neither of its copies: pipeline_streams
+returns the staged x, and pipeline_graph's capture fails. A graph captured again when n changes
+but not when the buffers move replays copies into freed buffers in the size sequence.
 """
 
 from grader.child.context import RunContext
-from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, HostIn, HostOut, Int, PerfTarget, Rule
+from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, HostIn, HostOut, Int, PerfTarget
+from grader.tasks.rules import calls, calls_each_time, pinned_copies, replays_graph
 
 MODULUS = 4194301
 INCREMENT = 2718281
@@ -106,10 +112,21 @@ def entry(symbol):
     return Entry(symbol, ARGS, reference=reference)
 
 
+# The mistakes these checks are designed to catch, each with the input or check that exposes it
+# (lab2/solutions/broken.py has a variant of each).
+MISTAKES = {
+    "returns before the downloads": "every call: y is read as soon as the call returns",
+    "stale graph": "sizes_change_between_calls: n changes, and the buffers move under a graph of the same n",
+    "buffer never grows": "sizes_change_between_calls: pipeline_streams(2^22 + 5) after a first call of 3 x 2^20 + 1",
+    "wrong stream": "every call, and the capture: a kernel off its chunk's stream is ordered after neither copy",
+    "no overlap": "the 1.2x performance targets over pipeline_serial at n = 2^24",
+}
+
 TASK = CudaTask(
     lab="lab2",
     number="04",
     title="streams, pinned memory and a CUDA graph",
+    mistakes=MISTAKES,
     sources=["04_streams.cu"],
     entries=[entry("pipeline_serial"), entry("pipeline_streams"), entry("pipeline_graph")],
     cases=[Case(f"n={n}", n=n) for n in SIZES] + [Case("n=2^24", n=TIMING)],
@@ -119,12 +136,13 @@ TASK = CudaTask(
     checks=[sizes_change_between_calls],
     rules=[
         NO_LIBRARIES,
-        Rule("require", r"\bcudaMallocHost\s*\(|\bcudaHostAlloc\s*\(", "the staging buffer is pinned (cudaMallocHost)"),
-        Rule("require", r"\bcudaMemcpyAsync\s*\(", "the chunks' copies are asynchronous (cudaMemcpyAsync)"),
-        Rule("require", r"\bcudaStreamCreate\w*\s*\(", "the chunks run on streams you create"),
-        Rule("require", r"\bcudaStreamBeginCapture\s*\(", "pipeline_graph records its work by stream capture"),
-        Rule("require", r"\bcudaStreamWaitEvent\s*\(", "the capture forks and joins its streams with events"),
-        Rule("require", r"\bcudaGraphLaunch\s*\(", "pipeline_graph replays its graph with cudaGraphLaunch"),
+        # judged on what each entry point's compiled code reaches and, on a GPU, on one observed call
+        pinned_copies("the staging buffer is pinned (cudaMallocHost)", entries=["pipeline_streams", "pipeline_graph"]),
+        calls_each_time("cudaMemcpyAsync", "the chunks' copies are asynchronous (cudaMemcpyAsync)", "pipeline_streams"),
+        calls(r"cudaStreamCreate\w*", "the chunks run on streams you create", ["pipeline_streams", "pipeline_graph"]),
+        calls("cudaStreamBeginCapture", "pipeline_graph records its work by stream capture", "pipeline_graph"),
+        calls("cudaStreamWaitEvent", "the capture forks and joins its streams with events", "pipeline_graph"),
+        replays_graph("pipeline_graph replays its graph with cudaGraphLaunch", "pipeline_graph"),
     ],
     perf=[
         PerfTarget("pipeline_streams", "speedup_over:pipeline_serial", 1.2, 2, gate=True),

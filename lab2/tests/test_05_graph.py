@@ -21,10 +21,21 @@ Two checks run first. `graph_follows_n`: n = 1000, then 2^20 + 3, then 1000 agai
 graph kept after n changed sums the old n's elements). `graph_follows_pointers`: the same n with two
 input and output arrays, called back to back, both right (a graph whose nodes hold the first call's
 pointers reads the first input again and never writes the second output).
+
+A third, `graph_edges_hold_under_replay`, looks for dependency edges that are missing or point at
+the wrong nodes: a race between nodes, which the cases rarely see, since their few level-0 nodes
+run at once and finish together. It launches the graph of n = 2^26 32 times back to back, in turn
+on two inputs whose sums differ threefold, each launch writing its own element of out. n = 2^26
+gives level 0 4096 nodes, far more than run at once, so they run in waves; the inputs start one
+float into their buffers, so every level-0 node takes the scalar path of block_sum and runs
+longer. A node that starts before one it reads from finds the partial sums of the previous launch,
+of the other input, and its launch is off by a whole node's share, far past rtol; launches on the
+same input must also agree bit for bit. It costs a few milliseconds on the GPU.
 """
 
 from grader.child.context import RunContext, seed_for
-from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, In, Int, Out, PerfTarget, Rule
+from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, In, Int, Out, PerfTarget
+from grader.tasks.rules import calls, never_calls, replays_graph
 from grader.tasks.spec import Rng
 
 ARGS = [In("in"), Out("out"), Int("n")]
@@ -123,10 +134,63 @@ def graph_follows_pointers(ctx: RunContext) -> None:
             )
 
 
+# graph_edges_hold_under_replay: the largest n, so that level 0 has 4096 nodes, more than run at once
+REPLAYS = 32
+MAX_N = 1 << 26
+
+
+def graph_edges_hold_under_replay(ctx: RunContext) -> None:
+    """REPLAYS launches back to back at n = 2^26, alternating between two inputs whose sums differ
+    threefold, each one float into its buffer (so every level-0 node takes the slower scalar path),
+    each launch writing its own element of out. A node that starts before a node it reads from reads
+    what the previous launch, of the other input, left in the partial sums: its launch is wrong by a
+    whole node's share. Launches on the same input must also agree bit for bit."""
+    import torch
+
+    fn = ctx.entry("reduce_graph")
+    rng = Rng(seed_for(ctx.task, "graph_edges_hold_under_replay"), "cuda")
+    n = MAX_N
+    xs = [positive(rng, n + 1)[1:], positive(rng, n + 1).mul_(3.0)[1:]]
+    exact = [float(x.double().sum()) for x in xs]
+    out = torch.full((REPLAYS,), float("nan"), device="cuda")
+    for i in range(REPLAYS):  # no synchronization in between
+        ctx.check_rc("reduce_graph", fn({"in": xs[i % 2], "out": out[i : i + 1], "n": n}), f"launch {i + 1} at n={n}")
+    torch.cuda.synchronize()
+    got = out.tolist()
+    for i, g in enumerate(got):
+        want = exact[i % 2]
+        if not abs(g - want) <= RTOL * abs(want):
+            ctx.fail(
+                f"{REPLAYS} launches of reduce_graph at n={n} (2^26, the input one float into its buffer), back to"
+                f" back, alternating between two inputs: launch {i + 1} is wrong: it wrote {g!r}, expected {want!r}."
+                " A node read partial sums before the nodes that write them had run (they held the previous"
+                " launch's, of the other input): give every node an edge from each node whose result it reads,"
+                " and the level-0 nodes one from the bind node"
+            )
+    for parity in (0, 1):
+        values = sorted({got[i] for i in range(parity, REPLAYS, 2)})
+        if len(values) > 1:
+            ctx.fail(
+                f"{REPLAYS} launches of reduce_graph at n={n} on the same two inputs in turn: the launches on one"
+                f" input wrote {len(values)} different sums ({values[0]!r} to {values[-1]!r}), where the tree adds"
+                " in one fixed order: a node ran before one it depends on"
+            )
+
+
+# The mistakes these checks are designed to catch, each with the input or check that exposes it
+# (lab2/solutions/broken.py has a variant of each).
+MISTAKES = {
+    "missing edge": "graph_edges_hold_under_replay: 32 launches at n = 2^26, 4096 slow leaves, two inputs in turn",
+    "stale graph": "graph_follows_n: n = 1000, then 2^20 + 3, then 1000",
+    "pointers of the call": "graph_follows_pointers and every check: the instantiated graph gets each call's arrays",
+    "root output": "every case: out[0] keeps the grader's NaN",
+}
+
 TASK = CudaTask(
     lab="lab2",
     number="05",
     title="an explicit CUDA graph",
+    mistakes=MISTAKES,
     sources=["05_graph.cu"],
     entries=[entry("reduce_graph"), entry("reduce_launches")],
     cases=[Case(f"n={n}", n=n) for n in SIZES] + [Case("n=2^22", n=TIMING)],
@@ -134,15 +198,17 @@ TASK = CudaTask(
     output_shapes=lambda v: {"out": (1,)},
     tolerance={"f32": (0.0, RTOL)},
     timing_case="n=2^22",
-    checks=[graph_follows_n, graph_follows_pointers],
+    checks=[graph_follows_n, graph_follows_pointers, graph_edges_hold_under_replay],
     rules=[
         NO_LIBRARIES,
-        Rule("require", r"cudaGraphAddKernelNode\s*\(", "build the graph node by node with cudaGraphAddKernelNode"),
-        Rule("require", r"cudaGraphInstantiate\s*\(", "instantiate the graph (once per n) with cudaGraphInstantiate"),
-        Rule("require", r"cudaGraphLaunch\s*\(", "run the tree with one cudaGraphLaunch per call"),
-        Rule(
-            "forbid",
-            r"cudaStreamBeginCapture",
+        # judged on what reduce_graph's compiled code reaches and, on a GPU, on one observed call
+        calls("cudaGraphAddKernelNode", "build the graph node by node with cudaGraphAddKernelNode", "reduce_graph"),
+        calls(
+            r"cudaGraphInstantiate\w*", "instantiate the graph (once per n) with cudaGraphInstantiate", "reduce_graph"
+        ),
+        replays_graph("run the tree with one cudaGraphLaunch per call, the graph built once per n", "reduce_graph"),
+        never_calls(
+            r"cudaStreamBeginCapture\w*",
             "this task builds its graph with the explicit API; recording a stream (capture) is task 04's way",
         ),
     ],

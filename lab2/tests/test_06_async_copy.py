@@ -24,12 +24,16 @@ A second check, `back_to_back_calls_each_see_their_own_inputs`, makes 40 short c
 buffer without waiting for the copy back into it hands y what the previous call left there; the
 cases alone can miss that, since the grader calls a case more than once with the same inputs, and
 a stale result of the same inputs is right.
+
+A kernel launched on the legacy default stream instead of its slot's stream is ordered after
+neither copy: the 40 back-to-back calls and the cases get x unscaled.
 """
 
 import ctypes
 
 from grader.child.context import RunContext, seed_for
-from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, Float, HostIn, HostOut, Int, PerfTarget, Rule
+from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, Float, HostIn, HostOut, Int, PerfTarget
+from grader.tasks.rules import calls_each_time, pinned_copies
 from grader.tasks.spec import Rng
 
 ARGS = [HostIn("x"), HostOut("y"), Int("n"), Float("a")]
@@ -130,10 +134,20 @@ def back_to_back_calls_each_see_their_own_inputs(ctx: RunContext) -> None:
             )
 
 
+# The mistakes these checks are designed to catch, each with the input or check that exposes it
+# (lab2/solutions/broken.py has a variant of each).
+MISTAKES = {
+    "missing wait": "back_to_back_calls_each_see_their_own_inputs: 40 short calls on new values",
+    "staging buffer reused too early": "n = 2^22 + 3 and 2^24, several chunks whose copies overlap the host's",
+    "caller memory left registered": "caller_buffers_not_left_registered: the grader registers x and y after a call",
+    "wrong stream": "the 40 back-to-back calls, every case: a kernel off its slot's stream waits for no copy",
+}
+
 TASK = CudaTask(
     lab="lab2",
     number="06",
     title="pinned memory and asynchronous copies",
+    mistakes=MISTAKES,
     sources=["06_async_copy.cu"],
     entries=[entry("copy_pinned"), entry("copy_pageable")],
     cases=[Case(f"n={n}", n=n) for n in SIZES] + [Case("n=2^24", n=TIMING)],
@@ -143,11 +157,10 @@ TASK = CudaTask(
     checks=[caller_buffers_not_left_registered, back_to_back_calls_each_see_their_own_inputs],
     rules=[
         NO_LIBRARIES,
-        Rule("require", r"cudaMemcpyAsync\s*\(", "move the chunks with cudaMemcpyAsync on your streams"),
-        Rule(
-            "require",
-            r"cudaMallocHost\s*\(|cudaHostAlloc\s*\(",
-            "stage the chunks in pinned buffers you allocate once (cudaMallocHost or cudaHostAlloc)",
+        # judged on what copy_pinned's compiled code reaches and, on a GPU, on one observed call
+        calls_each_time("cudaMemcpyAsync", "move the chunks with cudaMemcpyAsync on your streams", "copy_pinned"),
+        pinned_copies(
+            "stage the chunks in pinned buffers you allocate once (cudaMallocHost or cudaHostAlloc)", "copy_pinned"
         ),
     ],
     perf=[PerfTarget("copy_pinned", "speedup_over:copy_pageable", 1.5, 2, gate=True)],

@@ -24,9 +24,13 @@ bit_fields. words are random 32-bit words; pos and len are uniform in 0..39, so 
 pos >= 32 and pos + len > 32 all occur, and the first twelve elements are the edges themselves
 (len 0 and 32, pos 31 and 32, pos + len = 32 and 33, 255). The reference follows the PTX ISA's
 definition of bfe.u32 (pos and len taken modulo 256, bits past bit 31 read as zero). Exact.
+
+fma_lanes runs 16 x 16 blocks: an element index that ignores threadIdx.y leaves every element past
+the 16th of a block unwritten (n = 31 on).
 """
 
 from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, In, Int, Out, Rule
+from grader.tasks.rules import uses_inline_ptx
 
 FMA_ARGS = [In("a"), In("b"), In("c"), Out("out"), Out("lanes", "u32"), Int("n")]
 BFE_ARGS = [In("words", "u32"), In("pos", "u32"), In("len", "u32"), Out("fields", "u32"), Int("n")]
@@ -101,19 +105,22 @@ def torch_fma(v, o):
     torch.addcmul(v["c"], v["a"], v["b"], out=o["out"])
 
 
-def in_asm(mnemonic):
-    """A regex for `mnemonic` inside the template of an asm statement: a string literal, so the
-    rules that use it read the code with its strings (Rule.strings); comments are stripped."""
-    return (
-        r"\b(?:asm|__asm__)\s*(?:volatile\s*|__volatile__\s*)?\(\s*"  # asm volatile (
-        r"(?:\"[^\"]*\"\s*)*\"[^\"]*" + mnemonic  # the template's string literals, up to the mnemonic
-    )
-
+# The mistakes these checks are designed to catch, each with the input or check that exposes it
+# (lab2/solutions/broken.py has a variant of each).
+MISTAKES = {
+    "constraint letter": "fma_lanes' exact comparison: a float passed as an integer operand is converted",
+    "lane from threadIdx": "the rule reads the PTX of the kernels fma_lanes reaches (a %laneid left in an uncalled"
+    " helper is not there), and n >= 17 in the given 16 x 16 blocks has odd rows 16 lanes off",
+    "rule dodged in a comment": "the rules read the compiled PTX: an asm statement in a comment is not there",
+    "operand order": "bit_fields' edge fields (pos and len 0, 31, 32, past 32)",
+    "2-D block index": "n = 31 and up: a 1-D index in 16 x 16 blocks leaves elements past 16 per block unwritten",
+}
 
 TASK = CudaTask(
     lab="lab2",
     number="08",
     title="inline PTX",
+    mistakes=MISTAKES,
     sources=["08_inline_ptx.cu"],
     entries=[
         Entry("fma_lanes", FMA_ARGS, reference=fma_reference, baseline=torch_fma, bytes_moved=lambda v: 20 * v["n"]),
@@ -125,14 +132,12 @@ TASK = CudaTask(
     timing_case=label(TIMING),
     rules=[
         NO_LIBRARIES,
-        Rule("require", in_asm(r"fma\.rn\.f32"), "fma_rn must be one fma.rn.f32 in an asm statement", strings=True),
-        Rule(
-            "require",
-            in_asm(r"mov\.u32[^\"]*%%laneid"),
-            "lane_id must read %laneid with mov.u32 in an asm statement",
-            strings=True,
-        ),
-        Rule("require", in_asm(r"bfe\.u32"), "bfe_u32 must be one bfe.u32 in an asm statement", strings=True),
+        # the inline PTX of the kernels each entry point reaches (and, on a GPU, launched), as nvcc
+        # compiled it: an asm statement in a comment, in a helper no kernel calls, or whose result is
+        # never used (the compiler drops it) is no instruction
+        uses_inline_ptx(r"fma\.rn\.f32", "fma_rn must be one fma.rn.f32 in an asm statement", "fma_lanes"),
+        uses_inline_ptx(r"mov\.u32 %laneid", "lane_id must read %laneid with mov.u32 in an asm statement", "fma_lanes"),
+        uses_inline_ptx(r"bfe\.u32", "bfe_u32 must be one bfe.u32 in an asm statement", "bit_fields"),
         Rule(
             "forbid",
             r"\b(?:fmaf|__fmaf_r[nzud]|__fma_r[nzud])\s*\(",

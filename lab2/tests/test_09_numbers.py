@@ -192,10 +192,19 @@ assert _spread >= 2 * _one, (
     1,
 )
 
+# The mistakes these checks are designed to catch, each with the input or check that exposes it
+# (lab2/solutions/broken.py has a variant of each).
+MISTAKES = {
+    "dead loads": "read_bandwidth checked against the card's DRAM peak",
+    "host timer without sync": "read_bandwidth checked against the card's DRAM peak",
+    "bank conflicts": "shared_read's bandwidth checked against 30% of 128 bytes per SM per clock",
+}
+
 TASK = NotebookTask(
     lab="lab2",
     number="09",
     title="the numbers every GPU programmer should know",
+    mistakes=MISTAKES,
     sources=["09_numbers.ipynb"],
     checks=[HBM, L2, SHARED, LAUNCH, H2D, ATOMICS],
     cell_timeout=120,

@@ -14,10 +14,14 @@ worst case besides. Values >= 0.5 make every element count: one dropped element 
 by more than the tolerance up to n ~ 4·10^4 (the cases n <= 4097 catch a lost tail), one dropped
 block of 256 up to n ~ 2·10^7 (n = 2^20 + 3 and 2^24 catch it), a dropped pass or block of the
 grid-stride rung at every size.
+
+The case "n=4097 view one float in" makes rung 6 peel the floats before the first 16-byte
+boundary: float4 loads from the view's own start fault (misaligned address).
 """
 
 from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, In, Out, PerfTarget, Rule, Size, uses_shared_memory
 from grader.tasks.ladder import Ladder
+from grader.tasks.rules import executes
 
 ARGS = [In("in"), Out("out"), Size("n")]
 SIZES = [1, 2, 31, 32, 33, 1000, 1024, 1025, 4097, (1 << 20) + 3]
@@ -53,10 +57,19 @@ def entry(symbol):
 
 RUNGS = ["reduce_1", "reduce_2", "reduce_3", "reduce_4", "reduce_5", "reduce_6"]
 
+# The mistakes these checks are designed to catch, each with the input or check that exposes it
+# (lab2/solutions/broken.py has a variant of each).
+MISTAKES = {
+    "tail": "n = 1 to 4097 not a multiple of 4 or of a block: every element counts",
+    "missing __syncwarp": "the sanitizer (racecheck) on rung 4's last warp, and repeated runs agreeing bit for bit",
+    "unaligned view": "n = 4097 view one float in: rung 6's float4 loads need an aligned head",
+}
+
 TASK = CudaTask(
     lab="lab2",
     number="10",
     title="reduction ladder",
+    mistakes=MISTAKES,
     sources=["10_reduction.cu"],
     entries=[entry(s) for s in RUNGS],
     cases=[Case(f"n={n}", n=n) for n in SIZES]
@@ -72,9 +85,12 @@ TASK = CudaTask(
     timing_case="n=2^26",
     rules=[
         NO_LIBRARIES,
-        Rule("require", r"__shfl_down_sync\s*\(", "rung 5 exchanges values between lanes with __shfl_down_sync"),
+        # the SASS of the kernels each rung reaches (the shuffle also in the kernel a call launched):
+        # a shuffle in a dead helper or a float4 never loaded is no instruction
+        executes(r"SHFL\.(DOWN|BFLY)", "rung 5 exchanges values between lanes with __shfl_down_sync", "reduce_5"),
+        executes(r"LDG(\.\w+)*\.128", "rung 6 loads four floats at a time (float4)", "reduce_6", each_call=False),
+        # __syncwarp leaves no instruction in the SASS of a converged warp: only the text can show it
         Rule("require", r"__syncwarp\s*\(", "rung 4's last warp orders its shared-memory steps with __syncwarp"),
-        Rule("require", r"float4", "rung 6 loads four floats at a time (float4)"),
         uses_shared_memory("every rung combines its threads' sums in shared memory"),
     ],
     perf=[

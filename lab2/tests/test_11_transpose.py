@@ -16,6 +16,9 @@ tiles on both edges, non-square both ways, so swapped rows and cols in an index 
 1000 x 1000 (square, not a multiple of 32), 2048 x 8192 (wide), 4096 x 4096 (timed), and
 2200000 x 1 (68750 rows of tiles: more than the 65535 a grid's y dimension allows, which the
 given one-dimensional grid handles).
+
+The exact comparison on every shape but 1x1 also catches a tile stored in its transposed place but
+read back along its rows, hence not transposed within itself.
 """
 
 from grader.tasks import (
@@ -69,10 +72,21 @@ def entry(symbol):
 
 RUNGS = ["transpose_1", "transpose_2", "transpose_3"]
 
+# The mistakes these checks are designed to catch, each with the input or check that exposes it
+# (lab2/solutions/broken.py has a variant of each).
+MISTAKES = {
+    "tile overhang": "1x1, 1x33, 31x65 and 65x31: tiles that hang over the edges, behind the grader's fence",
+    "missing barrier": "the sanitizer (racecheck) on the small cases",
+    "non-square": "1x33, 33x1, 31x65 and 2048x8192: out's rows are `rows` long, not `cols`",
+    "bank conflicts": "rung 3's performance targets on 4096x4096",
+    "tile not transposed": "1x33 and every non-trivial shape: the bits of out compared exactly",
+}
+
 TASK = CudaTask(
     lab="lab2",
     number="11",
     title="transpose ladder",
+    mistakes=MISTAKES,
     sources=["11_transpose.cu"],
     entries=[entry(s) for s in RUNGS],
     cases=[case(s) for s in [*SHAPES, TIMING]],

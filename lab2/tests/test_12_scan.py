@@ -28,10 +28,14 @@ element shifts every later prefix by >= 0.5, more than the tolerance up to prefi
 (the cases n <= 4097 catch a lost tail); a block offset that is missing, or added to the wrong
 block, is off by a whole tile's sum, 50% or more at the second tile; an exclusive scan is off by
 100% at element 0.
+
+Phase 3 runs 256 threads per tile of 512 (rung 1) or 1024 (rung 2) elements: from n = 1000 on, an
+offset added to the first 256 elements of each tile only is caught.
 """
 
-from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, In, Out, PerfTarget, Rule, Size, uses_shared_memory
+from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, In, Out, PerfTarget, Size, uses_shared_memory
 from grader.tasks.ladder import Ladder
+from grader.tasks.rules import executes
 
 ARGS = [In("in"), Out("out"), Size("n")]
 SIZES = [1, 2, 31, 32, 33, 1000, 1024, 1025, 4097, 8193, (1 << 20) + 3]
@@ -75,10 +79,21 @@ def entry(symbol):
 
 RUNGS = ["scan_1", "scan_2", "scan_3"]
 
+# The mistakes these checks are designed to catch, each with the input or check that exposes it
+# (lab2/solutions/broken.py has a variant of each).
+MISTAKES = {
+    "block offset": "n = 513 to 2^24, two or more tiles: a missing or misplaced offset is a whole tile off",
+    "missing barrier": "the sanitizer (racecheck) on the small cases",
+    "tail": "n = 1, 31, 33, 1025, 4097, 8193: a last partial tile",
+    "exclusive scan": "every case: element 0 must be in[0]",
+    "tile longer than its block": "n = 1000 and larger: phase 3's 256 threads cover a tile of 512 or 1024",
+}
+
 TASK = CudaTask(
     lab="lab2",
     number="12",
     title="scan ladder",
+    mistakes=MISTAKES,
     sources=["12_scan.cu"],
     entries=[entry(s) for s in RUNGS],
     cases=[Case(f"n={n}", n=n) for n in SIZES]
@@ -93,7 +108,8 @@ TASK = CudaTask(
     timing_case="n=2^26",
     rules=[
         NO_LIBRARIES,
-        Rule("require", r"__shfl_up_sync\s*\(", "rung 3 scans the thread totals of a warp with __shfl_up_sync"),
+        # the SASS of the kernels rung 3 reaches, and of the one a call of it launched
+        executes(r"SHFL\.UP", "rung 3 scans the thread totals of a warp with __shfl_up_sync", "scan_3"),
         uses_shared_memory("the block scans stage their tile in shared memory"),
     ],
     perf=[PerfTarget("scan_3", "speedup", 0.75, 2, gate=True)],

@@ -35,10 +35,30 @@ rung declares its own) and 5e-7 + 1e-5 |ref| for layer norm (the task's).
   (exp(x_i - m) below about 1e-38 on the large inputs, where float64 still has a value):
   every output a model could notice is judged by rtol alone, to its relative error
   u |x_i - m| (at most about 5e-6 at the edge of float32's normal range).
+
+Rows longer than a block. Rung 2's 256 threads stride four times over a row of 7x1000; rungs 3, 4
+and layer norm keep at most 16 floats per thread in registers, so 3x20001 (scalar loads) and
+64x65536 (float4 loads) make 1024 threads stream the row, several vectors each: a kernel that
+covers only one block's worth of a row, or strides wrongly past it, fails there.
+
+Layer norm on a large mean. The check `layernorm_large_mean` runs before the cases: layer norm on
+rows of mean 1e4 and standard deviation 1 (8x33: one warp, scalar loads; 4x1000: 64 threads with
+float4s, cached; 2x20001: 1024 threads streaming), against the float64 reference, within 2e-2
+absolute. No float32 kernel meets the cases' tolerance there: the mean is rounded to float32's
+spacing near 1e4, 2^-10, half of it per rounding, and every y inherits that error times rstd (1).
+An emulation of the reference kernel's float32 order (Welford per thread, Chan's merges over the
+butterfly, FMAs where nvcc contracts them) over 40 draws of each shape was within 1.9e-3, a
+two-pass variance within 1.7e-3: 2e-2 keeps a margin of 10. A one-pass variance, E[x²] − E[x]²,
+subtracts two float32s near 1e8, whose spacing is 8: the variance comes out as rounding noise of
+several units, or negative (NaN), and y is off by 1 or more in every row of the emulation. An
+unbiased variance is off by 1.5% of y at 33 columns, up to about 5e-2: it fails the check too.
 """
 
-from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, Float, In, Int, Out, PerfTarget, Rule, uses_shared_memory
+from grader.child.context import RunContext, seed_for
+from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, Float, In, Int, Out, PerfTarget, uses_shared_memory
 from grader.tasks.ladder import Ladder
+from grader.tasks.rules import executes
+from grader.tasks.spec import Rng
 
 SOFTMAX_ARGS = [In("x"), Out("y"), Int("rows"), Int("cols")]
 LAYERNORM_ARGS = [In("x"), In("weight"), In("bias"), Out("y"), Int("rows"), Int("cols"), Float("eps")]
@@ -100,6 +120,48 @@ def layernorm_bytes(v):
     return 8 * v["rows"] * v["cols"] + 8 * v["cols"]  # and weight and bias once
 
 
+# Layer norm on rows whose mean is large against their spread (see the docstring): one warp with
+# scalar loads, a cached block of 64 threads with float4s, and 1024 threads streaming the row.
+LARGE_MEAN = 1e4
+LARGE_MEAN_SHAPES = [(8, 33), (4, 1000), (2, 20001)]
+LARGE_MEAN_ATOL = 2e-2
+
+
+def layernorm_large_mean(ctx: RunContext) -> None:
+    """layernorm on x = 1e4 + randn: right within LARGE_MEAN_ATOL, which any variance computed from
+    deviations from the mean meets and E[x^2] - E[x]^2 in float32 misses by far."""
+    import torch
+
+    fn = ctx.entry("layernorm")
+    rng = Rng(seed_for(ctx.task, "layernorm large mean"), "cuda")
+    for rows, cols in LARGE_MEAN_SHAPES:
+        v = {
+            "x": rng.randn(rows, cols) + LARGE_MEAN,
+            "weight": 1.0 + 0.1 * rng.randn(cols),
+            "bias": 0.1 * rng.randn(cols),
+            "rows": rows,
+            "cols": cols,
+            "eps": 1e-5,
+        }
+        expected = layernorm_reference(v)["y"]
+        y = torch.full((rows, cols), float("nan"), device="cuda")
+        where = f"layernorm on {rows}x{cols} rows of mean {LARGE_MEAN:g} and standard deviation 1"
+        ctx.check_rc("layernorm", fn({**v, "y": y}), where)
+        torch.cuda.synchronize()
+        err = (y.double() - expected).abs()
+        bad = ~(err <= LARGE_MEAN_ATOL)  # NaN counts as wrong
+        if bool(bad.any()):
+            i = int(bad.flatten().nonzero()[0, 0])
+            r, c = divmod(i, cols)
+            ctx.fail(
+                f"{where} is wrong: {int(bad.sum())} of {rows * cols} elements off by more than {LARGE_MEAN_ATOL:g},"
+                f" the first y[{r}][{c}] = {float(y[r, c])!r} instead of {float(expected[r, c]):.6f}. Near 1e4 a"
+                f" float32's spacing is 2^-10, and near its square, 1e8, it is 8: a variance taken as E[x²] − E[x]²"
+                f" subtracts two numbers that differ by about 1 and are each rounded by several units. Accumulate"
+                f" deviations from the mean instead (Welford's algorithm, or a second pass over x - mean)"
+            )
+
+
 def softmax_entry(symbol):
     return Entry(
         symbol,
@@ -113,10 +175,21 @@ def softmax_entry(symbol):
 
 RUNGS = ["softmax_1", "softmax_2", "softmax_3", "softmax_4"]
 
+# The mistakes these checks are designed to catch, each with the input or check that exposes it
+# (lab2/solutions/broken.py has a variant of each).
+MISTAKES = {
+    "overflow": "64x4096 large inputs: 100 x + 50 reaches 1500, past exp's range",
+    "multi-warp block": "7x1000 and larger: a row's block holds several warps",
+    "long rows": "7x1000, 3x20001, 64x65536: rows past a block's worth, streamed with scalar and float4 loads",
+    "unbiased variance": "1x33 and the large-mean check: M2 / (cols - 1) is 3% off at 33 columns",
+    "large mean": "layernorm_large_mean: rows of mean 1e4 and std 1, where E[x^2] - E[x]^2 is all rounding",
+}
+
 TASK = CudaTask(
     lab="lab2",
     number="13",
     title="softmax ladder and layer norm",
+    mistakes=MISTAKES,
     sources=["13_softmax.cu"],
     entries=[softmax_entry(s) for s in RUNGS]
     + [
@@ -133,13 +206,15 @@ TASK = CudaTask(
     make_inputs=make_inputs,
     tolerance={"f32": (5e-7, 1e-5)},
     timing_case=label(TIMING),
+    checks=[layernorm_large_mean],
     rules=[
         NO_LIBRARIES,
         uses_shared_memory("rung 2 reduces the row's max and sum through shared memory", "softmax_block_kernel"),
-        Rule(
-            "require",
-            r"__shfl_(xor|down)_sync\s*\(",
+        # the SASS of the kernels each of these reaches, and of the one a call of it launched
+        executes(
+            r"SHFL\.(BFLY|DOWN)",
             "rungs 3 and 4 and layer norm reduce inside a warp with warp shuffles (__shfl_xor_sync)",
+            ["softmax_3", "softmax_4", "layernorm"],
         ),
     ],
     perf=[

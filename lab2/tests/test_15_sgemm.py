@@ -26,6 +26,10 @@ element by |a_ik b_kj|, more than 4e-3 for 98% of the elements; a lost K tail of
 a lost tile is off by about sqrt(terms), hundreds of times atol; TF32 (inputs rounded to 10-bit
 mantissas) is off by about 2.5e-4 * sqrt(K) rms, up to 0.016 at K = 129, where a fifth of the
 elements miss atol. An fp16 copy of the right answer fails on 65x129x31, where |C| passes 16.
+
+1x1x1, 1x1x7 and 33x17x65 have N not a multiple of 4, so rungs 6 and 7 take their scalar path, where
+a row may end inside a group of four: a store guarded by the group's first column writes past the
+row, and past C into the grader's fence.
 """
 
 from grader.tasks import (
@@ -37,11 +41,11 @@ from grader.tasks import (
     Int,
     Out,
     PerfTarget,
-    Rule,
     uses_shared_memory,
     uses_syncthreads,
 )
 from grader.tasks.ladder import Ladder
+from grader.tasks.rules import executes
 
 ARGS = [In("A"), In("B"), Out("C"), Int("M"), Int("N"), Int("K")]
 TIMING = "4096x4096x4096"
@@ -87,10 +91,21 @@ def entry(symbol):
 
 RUNGS = [f"sgemm_{i}" for i in range(1, 8)]
 
+# The mistakes these checks are designed to catch, each with the input or check that exposes it
+# (lab2/solutions/broken.py has a variant of each).
+MISTAKES = {
+    "K tail": "1x1x1, 33x17x65 and 127x255x129: K not a multiple of a K step",
+    "missing barrier": "the sanitizer (racecheck) on the small cases with several K steps",
+    "tile overhang": "1x1x1 and 33x17x65: tiles past C's last row, behind the grader's fence",
+    "layout": "33x17x65: A read column-major is wrong once M and K exceed 1",
+    "row end inside a float4": "1x1x1 and 33x17x65: N not a multiple of 4, so a float4 straddles a row's end",
+}
+
 TASK = CudaTask(
     lab="lab2",
     number="15",
     title="SGEMM ladder",
+    mistakes=MISTAKES,
     sources=["15_sgemm.cu"],
     entries=[entry(s) for s in RUNGS],
     cases=[
@@ -115,7 +130,14 @@ TASK = CudaTask(
         NO_LIBRARIES,
         uses_shared_memory("rungs 3 to 7 stage tiles of A and B in shared memory", TILED),
         uses_syncthreads("a shared tile must be complete before it is read, and read before it is replaced", TILED),
-        Rule("require", r"float4", "rungs 6 and 7 move four floats per load and store (float4)"),
+        # 16-byte global loads and stores in the kernels rungs 6 and 7 reach (their scalar path for
+        # a ragged N launches another instantiation, so a call's kernel is not judged)
+        executes(
+            r"(LDG|STG)(\.\w+)*\.128",
+            "rungs 6 and 7 move four floats per load and store (float4)",
+            ["sgemm_6", "sgemm_7"],
+            each_call=False,
+        ),
     ],
     perf=[PerfTarget("sgemm_7", "speedup", 0.8, 2, gate=True)],
     ladder=Ladder(

@@ -37,6 +37,9 @@ accumulating in half instead of float rounds the running sum 256 times to 11 bit
 median error of 5e-3 (87% of the elements past atol); and a half copy of the right answer is off
 by up to 2^-11 |C|, past 1e-3 for about a sixth of the elements of 16x4096x16 (those with
 |C| > 4; |C| has a standard deviation of sqrt(K) / 16 = 4 there).
+
+Rung 2's shared tiles are padded (rows of 40 and 136 halves): fragments loaded with the unpadded
+row length misread 15 of their 16 rows from 16x16x16 on.
 """
 
 from grader.tasks import (
@@ -48,11 +51,11 @@ from grader.tasks import (
     Int,
     Out,
     PerfTarget,
-    Rule,
     uses_shared_memory,
     uses_syncthreads,
 )
 from grader.tasks.ladder import Ladder
+from grader.tasks.rules import uses_tensor_cores
 
 ARGS = [In("A", "f16"), In("B", "f16"), Out("C"), Int("M"), Int("N"), Int("K")]
 TIMING = "4096x4096x4096"
@@ -104,10 +107,21 @@ def entry(symbol):
 
 RUNGS = ["hgemm_1", "hgemm_2"]
 
+# The mistakes these checks are designed to catch, each with the input or check that exposes it
+# (lab2/solutions/broken.py has a variant of each).
+MISTAKES = {
+    "K tail": "16x16x16 (one step) and 16x4096x16",
+    "missing barrier": "the sanitizer (racecheck) on 144x80x208, three steps of K",
+    "layout": "16x16x16: a fragment declared col_major reads its block transposed",
+    "tile overhang": "16x16x16 and 48x48x80: fragments outside C, behind the grader's fence",
+    "leading dimension": "16x16x16 and every case of rung 2: fragments loaded with the unpadded row length",
+}
+
 TASK = CudaTask(
     lab="lab2",
     number="16",
     title="tensor-core GEMM (WMMA)",
+    mistakes=MISTAKES,
     sources=["16_tensor_core.cu"],
     entries=[entry(s) for s in RUNGS],
     cases=[
@@ -127,7 +141,8 @@ TASK = CudaTask(
     timeout=120,
     rules=[
         NO_LIBRARIES,
-        Rule("require", r"\bmma_sync\s*\(", "both rungs multiply on the tensor cores (wmma::mma_sync)"),
+        # the SASS of the kernels each rung reaches (and, on a GPU, launched) holds HMMA instructions
+        uses_tensor_cores("both rungs multiply on the tensor cores (wmma::mma_sync)"),
         uses_shared_memory("rung 2 stages the tiles of A and B in shared memory", r"hgemm_smem_kernel"),
         uses_syncthreads(
             "a shared tile must be complete before a warp loads fragments from it, and read by every warp "

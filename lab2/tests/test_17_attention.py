@@ -35,6 +35,11 @@ case checks is that nothing overflows.
 What fails: zeros (all outputs but a handful are above atol), uniform attention (each output the
 mean of the rows of V its query sees: 99% of the outputs wrong), an fp16 round trip of the right
 answer (60 to 90% wrong), a dropped key of weight p (O moves by p |v - O|, about |V| / T).
+
+Rows of keys longer than a block. Rung 1 gives each row of scores to one warp, rung 2 stages keys
+in tiles of 64: T = 100, 257 and 1024 give every query more keys than a warp has lanes and than a
+tile holds (non-causal, and causal from row 32 or 64 on), so a kernel that covers only the first
+warp's or tile's worth of a row leaves keys out there, each worth about |V| / T, far past rtol.
 """
 
 import math
@@ -116,10 +121,21 @@ def entry(symbol):
 
 RUNGS = ["attention_1", "attention_2"]
 
+# The mistakes these checks are designed to catch, each with the input or check that exposes it
+# (lab2/solutions/broken.py has a variant of each).
+MISTAKES = {
+    "no rescale": "BH=2,T=17 and larger: a row's max grows after its first chunk of keys",
+    "causal mask": "the causal cases from T = 17",
+    "key tail": "T = 17, 100 and 257: a last tile of keys that is partial (one key at 257)",
+    "missing barrier": "the sanitizer (racecheck) on T = 257, five key tiles",
+    "long rows": "T = 100, 257 and 1024: rows of keys longer than a warp's 32 lanes and a tile's 64 keys",
+}
+
 TASK = CudaTask(
     lab="lab2",
     number="17",
     title="attention ladder",
+    mistakes=MISTAKES,
     sources=["17_attention.cu"],
     entries=[entry(s) for s in RUNGS],
     cases=[

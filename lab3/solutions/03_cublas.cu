@@ -7,8 +7,10 @@
 //            linear_relu_lt, the same product with the bias and the ReLU done by cuBLASLt's
 //            RELU_BIAS epilogue, in one call.
 // Contract:  x (B, in), w (out, in) (torch Linear's layout), b (out,) and y (B, out) are DEVICE
-//            float32 arrays, row-major and contiguous, as torch stores them. x, w and b are
-//            read-only; y is written and overlaps none of them. B, in, out >= 1.
+//            float32 arrays, row-major and contiguous, as torch stores them, each at any address
+//            a float may have (a torch view may start at any element: 4-byte, not 256-byte,
+//            alignment). x, w and b are read-only; y is written and overlaps none of them.
+//            B, in, out >= 1.
 //            linear_gemmex:  y = x · wᵀ + b, accumulated in float32; tf32 != 0 lets cuBLAS round
 //                            x and w to TF32 (CUBLAS_COMPUTE_32F_FAST_TF32), tf32 == 0 forbids it.
 //            linear_relu_lt: y = max(x · wᵀ + b, 0), in float32 (no TF32).
@@ -101,6 +103,13 @@ COURSE_API cudaError_t linear_gemmex(const float* x, const float* w, const float
     // TODO(lab3/03) end
 }
 
+// The largest power of two, up to the 256 bytes cuBLASLt assumes unless told, that divides p's address.
+inline uint32_t alignment_of(const void* p) {
+    uint32_t bytes = 256;
+    while (reinterpret_cast<uintptr_t>(p) % bytes != 0) bytes /= 2;
+    return bytes;
+}
+
 // Destroys whatever of a matmul's descriptors exists, on every way out of linear_relu_lt.
 struct LtDescriptors {
     cublasLtMatmulDesc_t op = nullptr;
@@ -122,15 +131,25 @@ COURSE_API cudaError_t linear_relu_lt(const float* x, const float* w, const floa
     CUDA_CHECK(blas(&h));
     LtDescriptors lt;
 
-    // TODO(lab3/03) begin: the same column-major product as linear_gemmex (float32, no TF32) as a cuBLASLt operation whose epilogue adds b and applies ReLU: the operation's transposes, epilogue and bias pointer, the three layouts, a heuristic's algorithm within the workspace, then one cublasLtMatmul with beta = 0; see the chapter's section "cuBLASLt and its epilogues"; about 25 lines; the bias runs along D's rows: which of yᵀ's dimensions is that?
+    // TODO(lab3/03) begin: the same column-major product as linear_gemmex (float32, no TF32) as a cuBLASLt operation whose epilogue adds b and applies ReLU: the operation's transposes, epilogue and bias pointer, the three layouts, a heuristic's algorithm within the workspace, then one cublasLtMatmul; the heuristic assumes every pointer 256-byte aligned unless the preference says how aligned each really is (a torch view may start at any element), and the epilogue's bias pointer has no such preference (a bias that is not 16-byte aligned can go in as C, broadcast into y, with beta = 1); see the chapter's section "cuBLASLt and its epilogues"; about 35 lines; the bias runs along D's rows: which of yᵀ's dimensions is that? Try x at x + 1.
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&lt.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const int32_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
-    // bias then ReLU on D = yᵀ (out, B): the bias has one value per row of D, out of them
-    const uint32_t epilogue = CUBLASLT_EPILOGUE_RELU_BIAS;
+    // bias then ReLU on D = yᵀ (out, B): the bias has one value per row of D, out of them. The
+    // epilogue's kernels may read the bias 16 bytes at a time, and no preference tells the heuristic
+    // otherwise: a bias that is not 16-byte aligned goes in as C instead (broadcast into y, beta = 1,
+    // as linear_gemmex does), and the epilogue applies only the ReLU.
+    const bool bias_epilogue = reinterpret_cast<uintptr_t>(b) % 16 == 0;
+    const uint32_t epilogue = bias_epilogue ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof(b)));
+    if (bias_epilogue) {
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof(b)));
+    } else {
+        const dim3 grid((out + THREADS - 1) / THREADS, B < MAX_GRID_Y ? B : MAX_GRID_Y);
+        broadcast_bias_kernel<<<grid, THREADS>>>(b, y, B, out);
+        CUDA_CHECK(cudaGetLastError());
+    }
 
     // the layouts of the arrays as stored (before op): w is wᵀ (in, out), x is xᵀ (in, B), y is yᵀ (out, B)
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lt.a, CUDA_R_32F, in, out, in));
@@ -142,13 +161,25 @@ COURSE_API cudaError_t linear_relu_lt(const float* x, const float* w, const floa
     const uint64_t workspace = h->workspace_bytes;
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                                       sizeof(workspace)));
+    // without these the heuristic assumes 256-byte-aligned pointers and may pick a kernel that
+    // loads 16 bytes at a time from y + 1: the pointers' real alignment rules those out
+    const uint32_t align_a = alignment_of(w), align_b = alignment_of(x), align_cd = alignment_of(y);
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                                                      sizeof(align_a)));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                                                      sizeof(align_b)));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_cd,
+                                                      sizeof(align_cd)));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_cd,
+                                                      sizeof(align_cd)));
     cublasLtMatmulHeuristicResult_t best = {};
     int found = 0;
     CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(h->lt, lt.op, lt.a, lt.b, lt.d, lt.d, lt.pref, 1, &best, &found));
     if (found == 0) return cudaErrorNotSupported;
 
-    // beta = 0: C (here y itself) is not read, so y's old contents do not matter
-    const float alpha = 1.0f, beta = 0.0f;
+    // beta = 0: C (here y itself) is not read, so y's old contents do not matter; beta = 1 adds the
+    // bias broadcast into y above
+    const float alpha = 1.0f, beta = bias_epilogue ? 0.0f : 1.0f;
     CUBLAS_CHECK(cublasLtMatmul(h->lt, lt.op, &alpha, w, lt.a, x, lt.b, &beta, y, lt.d, y, lt.d, &best.algo,
                                 h->workspace, h->workspace_bytes, 0));
     return cudaSuccess;

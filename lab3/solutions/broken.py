@@ -2,12 +2,22 @@
 
 tests/test_broken_variants.py applies each edit, grades the result and expects the verdict given
 here, as for labs 1 and 2. Task 01's variants need no GPU (its task is graded on the CPU): they are
-graded on every machine, CI included.
+graded on every machine, CI included. Each names the class of mistake it stands for, one of the
+classes its task's spec lists in `mistakes`.
 """
 
 from __future__ import annotations
 
 from grader.instructor.broken import Variant
+
+# task 02's ReLU kernel as the reference writes it: two variants replace it
+RELU_KERNEL = (
+    "__global__ void relu_kernel(float* __restrict__ y, size_t n) {\n"
+    "    const size_t stride = (size_t)gridDim.x * blockDim.x;\n"
+    "    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)\n"
+    "        y[i] = fmaxf(y[i], 0.0f);\n"
+    "}\n"
+)
 
 VARIANTS: dict[str, Variant] = {
     # --- task 01 (CPU inference in C++)
@@ -21,6 +31,7 @@ VARIANTS: dict[str, Variant] = {
         "wrong",
         "reads w as if it were (in, out), as in the math's x·W: w[k][j] instead of torch's w[j][k]"
         " (in bounds, every value wrong)",
+        mistake="transposed weights",
     ),
     "01_cpu_inference.no_bias": Variant(
         "01_cpu_inference.cpp",
@@ -28,6 +39,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "wrong",
         "the dot products start from 0 instead of the bias",
+        mistake="missing bias",
     ),
     "01_cpu_inference.no_relu": Variant(
         "01_cpu_inference.cpp",
@@ -35,6 +47,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "wrong",
         "relu_cpu leaves the negative hidden values in",
+        mistake="missing ReLU",
     ),
     "01_cpu_inference.last_image_dropped": Variant(
         "01_cpu_inference.cpp",
@@ -42,6 +55,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "wrong",
         "the image loop stops one short: the last image's logits stay 0",
+        mistake="short image loop",
     ),
     "01_cpu_inference.uses_torch": Variant(
         "01_cpu_inference.cpp",
@@ -49,6 +63,29 @@ VARIANTS: dict[str, Variant] = {
         {"rule violation"},
         "plain C++",
         "includes ATen: the source rule forbids torch, ATen and BLAS in the student's file",
+        mistake="a library does the work",
+    ),
+    "01_cpu_inference.unrolled_by_8_no_remainder": Variant(
+        "01_cpu_inference.cpp",
+        [
+            (
+                "            float acc = b[j];\n"
+                "            for (int64_t k = 0; k < in; ++k) {\n"
+                "                acc += xi[k] * wj[k];\n"
+                "            }\n",
+                "            float part[8] = {};  // eight independent sums, so the multiplies overlap\n"
+                "            for (int64_t k = 0; k + 8 <= in; k += 8)\n"
+                "                for (int u = 0; u < 8; ++u) part[u] += xi[k + u] * wj[k + u];\n"
+                "            float acc = b[j] + ((part[0] + part[1]) + (part[2] + part[3])) +\n"
+                "                        ((part[4] + part[5]) + (part[6] + part[7]));\n",
+            )
+        ],
+        {"wrong"},
+        # 784 and 1000 are multiples of 8: every case of the network's widths passes (another summation
+        # order, well within 1e-4); 13 -> 1001 -> 7 loses 5 of fc1's 13 terms and 1 of fc2's 1001
+        "13->1001->7",
+        "the dot product unrolled by 8 into eight partial sums, with no loop for the in % 8 terms left over",
+        mistake="widths not a multiple of the unroll",
     ),
     # --- task 02 (the network on the student's own kernels)
     "02_cuda_mlp.last_batch_padded": Variant(
@@ -62,6 +99,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong", "crash"},
         "out of bounds",
         "runs a full last batch: reads up to batch - 1 images past x and writes their labels past the end of labels",
+        mistake="padded last batch",
     ),
     "02_cuda_mlp.weights_not_transposed": Variant(
         "02_cuda_mlp.cu",
@@ -74,6 +112,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "wrong",
         "indexes w as (in, out) instead of torch's (out, in): in bounds, but every output is another dot product",
+        mistake="transposed weights",
     ),
     "02_cuda_mlp.no_bias": Variant(
         "02_cuda_mlp.cu",
@@ -86,6 +125,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "wrong",
         "forgets the bias: every output off by |b[j]|, far past linear's atol of 2e-3",
+        mistake="missing bias",
     ),
     "02_cuda_mlp.no_relu": Variant(
         "02_cuda_mlp.cu",
@@ -94,6 +134,7 @@ VARIANTS: dict[str, Variant] = {
         "wrong",
         "mlp_predict skips the ReLU between the layers: the trained network's labels differ from torch's on"
         " images that are no near ties (the custom check, first), and the random cases' labels too",
+        mistake="missing ReLU",
     ),
     "02_cuda_mlp.argmax_last_tie": Variant(
         "02_cuda_mlp.cu",
@@ -102,6 +143,62 @@ VARIANTS: dict[str, Variant] = {
         "wrong",
         "argmax keeps the last of equal values in each lane: the tie rows (small integers) get a higher index"
         " than torch.argmax (only the 1000-class cases: with 10 or 17 classes a lane holds one class)",
+        mistake="argmax ties",
+    ),
+    "02_cuda_mlp.relu_float4_no_remainder": Variant(
+        "02_cuda_mlp.cu",
+        [
+            (
+                RELU_KERNEL,
+                "__global__ void relu_kernel(float* __restrict__ y, size_t n) {\n"
+                "    const size_t stride = (size_t)gridDim.x * blockDim.x;\n"
+                "    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;\n"
+                "    if (reinterpret_cast<uintptr_t>(y) % 16 == 0) {  // four floats per access where allowed\n"
+                "        float4* y4 = reinterpret_cast<float4*>(y);\n"
+                "        for (size_t i = first; i < n / 4; i += stride) {\n"
+                "            float4 v = y4[i];\n"
+                "            v.x = fmaxf(v.x, 0.0f), v.y = fmaxf(v.y, 0.0f);\n"
+                "            v.z = fmaxf(v.z, 0.0f), v.w = fmaxf(v.w, 0.0f);\n"
+                "            y4[i] = v;\n"
+                "        }\n"
+                "        return;\n"
+                "    }\n"
+                "    for (size_t i = first; i < n; i += stride) y[i] = fmaxf(y[i], 0.0f);\n"
+                "}\n",
+            )
+        ],
+        {"wrong"},
+        # the network's h holds rows·1000 values and the unaligned check's 140 take the scalar loop; the
+        # case 7x33->17 gives relu 119 values whose last three are negative, and they stay negative
+        "relu_inplace",
+        "a float4 ReLU (on aligned pointers) that handles n / 4 groups of four and forgets the n % 4 values after them",
+        mistake="widths not a multiple of the vector width",
+    ),
+    "02_cuda_mlp.relu_float4_assumes_alignment": Variant(
+        "02_cuda_mlp.cu",
+        [
+            (
+                RELU_KERNEL,
+                "__global__ void relu_kernel(float* __restrict__ y, size_t n) {\n"
+                "    const size_t stride = (size_t)gridDim.x * blockDim.x;\n"
+                "    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;\n"
+                "    float4* y4 = reinterpret_cast<float4*>(y);  // four floats per access\n"
+                "    for (size_t i = first; i < n / 4; i += stride) {\n"
+                "        float4 v = y4[i];\n"
+                "        v.x = fmaxf(v.x, 0.0f), v.y = fmaxf(v.y, 0.0f);\n"
+                "        v.z = fmaxf(v.z, 0.0f), v.w = fmaxf(v.w, 0.0f);\n"
+                "        y4[i] = v;\n"
+                "    }\n"
+                "    for (size_t i = n / 4 * 4 + first; i < n; i += stride) y[i] = fmaxf(y[i], 0.0f);  // the rest\n"
+                "}\n",
+            )
+        ],
+        {"crash"},
+        # every case's h starts on a 512-byte boundary; the check unaligned_pointers gives relu_inplace
+        # h + 1 float: the 16-byte loads fault ("misaligned address" during check unaligned_pointers)
+        "unaligned",
+        "a float4 ReLU with its remainder loop, that casts y to float4* without asking whether y is 16-byte aligned",
+        mistake="unaligned pointers",
     ),
     # --- task 03 (cuBLAS and cuBLASLt)
     "03_cublas.column_major_mixup": Variant(
@@ -117,20 +214,22 @@ VARIANTS: dict[str, Variant] = {
         # (out, in) matrix is garbage there, and exactly wᵀ on the square 64x256->256 (x·w, not x·wᵀ)
         "past the TF32 bound",
         "w read without its transpose (OP_N, lda = out): a legal call whose result is x·w on square shapes",
+        mistake="transpose mix-up",
     ),
     "03_cublas.epilogue_without_relu": Variant(
         "03_cublas.cu",
         [
             (
-                "const uint32_t epilogue = CUBLASLT_EPILOGUE_RELU_BIAS;",
-                "const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;",
+                "bias_epilogue ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;",
+                "bias_epilogue ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;",
             )
         ],
         {"wrong"},
-        # linear_gemmex passes everything; linear_relu_lt's first case (1x784->1000) keeps the
-        # negative half of y. The grader's mismatch message names the entry point.
+        # linear_gemmex passes everything; linear_relu_lt's first call, in the check unaligned_pointers
+        # (64x256->256), keeps the negative half of y. The mismatch message names the entry point.
         "linear_relu_lt",
-        "the BIAS epilogue instead of RELU_BIAS: the bias is added, the ReLU never applied",
+        "the BIAS (and DEFAULT) epilogue instead of RELU_BIAS (and RELU): the bias is added, the ReLU never applied",
+        mistake="missing ReLU",
     ),
     "03_cublas.tf32_ignored": Variant(
         "03_cublas.cu",
@@ -145,6 +244,7 @@ VARIANTS: dict[str, Variant] = {
         # (judged on compute capability >= 8.0 only)
         "bit for bit",
         "the tf32 flag ignored: CUBLAS_COMPUTE_32F always",
+        mistake="TF32 flag ignored",
     ),
     "03_cublas.bias_never_added": Variant(
         "03_cublas.cu",
@@ -152,6 +252,39 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "past the TF32 bound",
         "beta = 0 overwrites the broadcast bias: y = x·wᵀ without b",
+        mistake="missing bias",
+    ),
+    "03_cublas.lt_in_tf32": Variant(
+        "03_cublas.cu",
+        [
+            (
+                "    CUBLAS_CHECK(cublasLtMatmulDescCreate(&lt.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));\n",
+                "    CUBLAS_CHECK(cublasLtMatmulDescCreate(&lt.op, CUBLAS_COMPUTE_32F_FAST_TF32, CUDA_R_32F));\n",
+            )
+        ],
+        {"wrong"},
+        # linear_relu_lt must be float32: TF32 is off by about 3e-4 rms at K = 256, against atol 5e-5, in
+        # the unaligned check's 64x256->256 or (if no TF32 kernel takes 4-byte-aligned operands) the cases
+        "linear_relu_lt",
+        "cuBLASLt's operation made with CUBLAS_COMPUTE_32F_FAST_TF32: the contract asks for float32 without TF32",
+        mistake="TF32 where float32 was asked",
+    ),
+    "03_cublas.lt_assumes_256_byte_alignment": Variant(
+        "03_cublas.cu",
+        [
+            (
+                "align_a = alignment_of(w), align_b = alignment_of(x), align_cd = alignment_of(y);",
+                "align_a = 256, align_b = 256, align_cd = 256;  // torch's tensors are all 256-byte aligned",
+            )
+        ],
+        {"crash", "wrong"},
+        # (GPU behaviour not yet observed) every case's tensors start on 512-byte boundaries, where the
+        # heuristic's default assumption holds; in the check unaligned_pointers x, w and y are 4 to 12
+        # bytes past one and the algorithm chosen for 256-byte alignment faults, is refused by
+        # cublasLtMatmul (cudaErrorUnknown) or reads the wrong elements: each message says "unaligned"
+        "unaligned",
+        "the cuBLASLt preference declares every pointer 256-byte aligned, as cuBLASLt assumes when told nothing",
+        mistake="unaligned pointers",
     ),
     # --- task 04 (cuDNN's graph API)
     "04_cudnn.graph_forgets_relu_output": Variant(
@@ -173,6 +306,7 @@ VARIANTS: dict[str, Variant] = {
         "linear_relu_cudnn",
         "the linear graph's output is x·wᵀ + b: the ReLU node is dropped (the issue's 'graph that forgets the"
         " ReLU output')",
+        mistake="missing ReLU",
     ),
     "04_cudnn.wrong_stride_for_w": Variant(
         "04_cudnn.cu",
@@ -188,6 +322,38 @@ VARIANTS: dict[str, Variant] = {
         # (off by about 1.4) already at 1x784->1000.
         "linear_relu_cudnn",
         "strides that read w's memory as an (in, out) matrix: w used untransposed",
+        mistake="wrong strides",
+    ),
+    "04_cudnn.graph_rebuilt_every_call": Variant(
+        "04_cudnn.cu",
+        [
+            (
+                "    auto found = g_linear.find(key);\n    if (found == g_linear.end()) {\n",
+                "    auto found = g_linear.end();  // a fresh graph for this call; the map keeps the first one\n"
+                "    if (found == g_linear.end()) {\n",
+            )
+        ],
+        {"wrong"},
+        # every call validates, lowers, asks the heuristics and compiles a plan again (milliseconds), then
+        # runs the graph the map already held: the values are right, linear_graph_is_cached's times are not
+        "built again",
+        "the graph map is written but never looked up: every call builds its graph and plan again",
+        mistake="graph rebuilt every call",
+    ),
+    "04_cudnn.direct_filter_transposed": Variant(
+        "04_cudnn.cu",
+        [
+            (
+                "acc = fmaf(xc[row * W + col], wc[r * S + s], acc);",
+                "acc = fmaf(xc[row * W + col], wc[s * R + r], acc);",
+            )
+        ],
+        {"wrong"},
+        # in bounds for every R, S (s·R + r < R·S); the trained conv1's 5x5 filters are not symmetric, so
+        # the check trained_conv1_matches_torch already fails the direct entry
+        "conv2d_bias_relu_direct",
+        "the direct kernel reads tap (r, s) of the filter at s·R + r: each filter transposed",
+        mistake="filter taps transposed",
     ),
     # --- task 05 (CUTLASS)
     "05_cutlass.epilogue_without_relu": Variant(
@@ -199,13 +365,14 @@ VARIANTS: dict[str, Variant] = {
             )
         ],
         {"wrong"},
-        # the TF32 entry keeps its ReLU and passes the custom check; the SIMT entry's first case
-        # (1x784->1000) keeps the negative half of y. The case's message names the entry point.
+        # the TF32 entry keeps its ReLU and passes the TF32 check; the SIMT entry's first call, in the
+        # check unaligned_pointers (64x784->1000), keeps the negative half of y; its message names the entry.
         # (Only the SIMT alias is edited: with no LinearCombinationRelu left anywhere the source
         # rule would answer `rule violation` first.)
         "linear_relu_cutlass_simt",
         "the SIMT GEMM's epilogue is LinearCombination instead of LinearCombinationRelu: the bias is added,"
         " the ReLU never applied",
+        mistake="missing ReLU",
     ),
     "05_cutlass.b_row_major": Variant(
         "05_cutlass.cu",
@@ -223,6 +390,7 @@ VARIANTS: dict[str, Variant] = {
         "past the TF32 bound",
         "w given as a RowMajor B with ldb = out: the column-major mix-up of task 03 in CUTLASS terms"
         " (x·w instead of x·wᵀ on square shapes)",
+        mistake="transpose mix-up",
     ),
     "05_cutlass.tf32_always_wide": Variant(
         "05_cutlass.cu",
@@ -232,6 +400,23 @@ VARIANTS: dict[str, Variant] = {
         # kErrorMisalignedOperand, which the entry returns as cudaErrorMisalignedAddress
         "cudaErrorMisalignedAddress",
         "the 4-floats-per-access TF32 kernel used for every shape: can_implement refuses 33 -> 17",
+        mistake="widths not a multiple of 4",
+    ),
+    "05_cutlass.wide_kernel_by_widths_only": Variant(
+        "05_cutlass.cu",
+        [
+            (
+                "    const bool wide = in % 4 == 0 && out % 4 == 0 && aligned16(x) && aligned16(w) && aligned16(b) &&"
+                " aligned16(y);\n",
+                "    const bool wide = in % 4 == 0 && out % 4 == 0;  // rows of 16 bytes: four floats per access\n",
+            )
+        ],
+        {"crash"},
+        # every case's pointers are 16-byte aligned; in the check unaligned_pointers (64x784->1000, x at
+        # + 1 float) can_implement answers kErrorMisalignedOperand, returned as cudaErrorMisalignedAddress
+        "unaligned",
+        "the TF32 entry picks the 4-floats-per-access kernel by the widths alone, not by the pointers' alignment",
+        mistake="unaligned pointers",
     ),
     # --- task 06 (a PyTorch extension)
     "06_extension.backward_wrong": Variant(
@@ -246,6 +431,7 @@ VARIANTS: dict[str, Variant] = {
         "with respect to `w`",
         "forgets grad_w (None, so autograd gives w no gradient): values and opcheck pass (CPU stand-in), gradcheck "
         "in float64 fails: 'the gradient with respect to `w` disagrees with finite differences of the forward'",
+        mistake="backward formula",
     ),
     "06_extension.backward_transposed": Variant(
         "06_extension.py",
@@ -260,6 +446,7 @@ VARIANTS: dict[str, Variant] = {
         "computes grad_w as xᵀ·grad_y, (in, out) instead of (out, in): opcheck comes before gradcheck in the kind, "
         "and its second sample (inputs requiring grad) fails test_aot_dispatch_dynamic with autograd's 'returned an "
         "invalid gradient at index 1 - got [33, 17] but expected shape compatible with [17, 33]' (CPU stand-in)",
+        mistake="backward formula",
     ),
     "06_extension.grad_w_halved": Variant(
         "06_extension.py",
@@ -272,6 +459,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "disagrees with finite differences",
         "a grad_w of the right shape and the wrong values: only gradcheck (float64) names it, with respect to `w`",
+        mistake="backward formula",
     ),
     "06_extension.fake_wrong_shape": Variant(
         "06_extension.py",
@@ -285,6 +473,7 @@ VARIANTS: dict[str, Variant] = {
         "test_faketensor",
         "the fake says (B, in) where the op returns (B, out): values pass, opcheck's test_faketensor fails "
         "(measured on the CPU stand-in: 'Shapes torch.Size([7, 17]) and torch.Size([7, 33]) are not equal')",
+        mistake="fake shape",
     ),
     "06_extension.no_bias": Variant(
         "06_extension.cu",
@@ -297,15 +486,83 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "wrong",
         "the kernel forgets the bias: every output off by |b[j]| ~ N(0, 1), far past atol 2e-3, on the first case",
+        mistake="missing bias",
+    ),
+    "06_extension.launch_on_default_stream": Variant(
+        "06_extension.cu",
+        [
+            (
+                "    linear_kernel<T><<<grid, block, 0, stream>>>(x, w, b, y, B, in, out);\n",
+                "    linear_kernel<T><<<grid, block>>>(x, w, b, y, B, in, out);\n",
+            )
+        ],
+        {"wrong"},
+        # the cases, opcheck, gradcheck and compile all run on torch's default stream, which is stream 0:
+        # only runs_on_the_callers_stream, on a non-blocking side stream, sees the kernel start before the
+        # sleep and the copy of the new x queued ahead of it
+        "caller's stream",
+        "the kernel launched without its stream argument, on the legacy default stream",
+        mistake="wrong stream",
+    ),
+    "06_extension.synchronizes_in_the_op": Variant(
+        "06_extension.cu",
+        [
+            (
+                "    linear_kernel<T><<<grid, block, 0, stream>>>(x, w, b, y, B, in, out);\n"
+                "    CUDA_CHECK(cudaGetLastError());\n",
+                "    linear_kernel<T><<<grid, block, 0, stream>>>(x, w, b, y, B, in, out);\n"
+                "    CUDA_CHECK(cudaGetLastError());\n"
+                "    CUDA_CHECK(cudaDeviceSynchronize());  // the kernel's own errors surface here, at the call\n",
+            )
+        ],
+        {"wrong"},
+        # right values everywhere, the side stream included (the sync waits for its sleep too); CUDA refuses
+        # a device synchronization while torch.cuda.graph captures
+        "CUDA graph",
+        "the launch waits for the whole device after the kernel, to report the kernel's errors at the call",
+        mistake="not capturable",
+    ),
+    "06_extension.binding_skips_contiguous": Variant(
+        "06_extension.cu",
+        [
+            (
+                "    const at::Tensor xc = x.contiguous(), wc = w.contiguous(), bc = b.contiguous();\n",
+                "    const at::Tensor xc = x, wc = w, bc = b;  // no copies: the kernel reads them where they are\n",
+            )
+        ],
+        {"wrong"},
+        # contiguous inputs pass; the case 7x33->17 with x a transposed view and w, b strided reads other
+        # elements (gradcheck, whose backward passes w.t(), would fail it later too)
+        "non-contiguous",
+        "the binding (the course's, edited to save the copies) hands the kernel data pointers of strided views",
+        mistake="non-contiguous inputs",
+    ),
+    "06_extension.grad_x_by_broadcast": Variant(
+        "06_extension.py",
+        [
+            (
+                "        grad_x = linear(grad_y, w.t(), grad_y.new_zeros(w.shape[1]))\n",
+                "        grad_x = (grad_y.unsqueeze(2) * w.unsqueeze(0)).sum(1)  # (B, out, 1) * (1, out, in)\n",
+            )
+        ],
+        # right values (gradcheck, opcheck, compile and the training pass), no matmul spelled for a rule
+        # on the source to see: backward_calls_the_op counts one lab3ext::linear where two are due. The
+        # rules' replacement by checks of the observed run may name it first, as a rule violation
+        {"wrong", "rule violation"},
+        "lab3ext",
+        "grad_x as a broadcast product summed over out, not through torch.ops.lab3ext.linear as the contract asks",
+        mistake="backward not through the op",
     ),
     # --- task 07 (faster than PyTorch)
     "07_faster.graph_not_rebuilt_for_new_n": Variant(
         "07_faster.cu",
         [("    auto it = graphs.find(key);\n", "    auto it = graphs.begin();  // any graph will do\n")],
         {"wrong"},
-        # graphs_follow_n_and_weights: n=1 captures, n=7 replays it: 6 labels stale from earlier calls
+        # weights_read_at_every_call's n = 7 graph is replayed for the TF32 probe's n = 256 (or, where the
+        # stale labels happen to match, for graphs_follow_n_and_weights' n = 1 and the whole test set's chunks)
         "labels",
         "the first graph captured is replayed for every n: labels past its n are never written",
+        mistake="graph replayed for another n",
     ),
     "07_faster.labels_from_previous_call": Variant(
         "07_faster.cu",
@@ -328,6 +585,56 @@ VARIANTS: dict[str, Variant] = {
         "`labels`",
         "a cache keyed by the images pointer: the timed rotation's fresh images get stale labels",
         timing=True,
+        mistake="replayed results",
+    ),
+    "07_faster.lt_in_tf32": Variant(
+        "07_faster.cu",
+        [
+            (
+                "    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));\n",
+                "    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F_FAST_TF32, CUDA_R_32F));\n",
+            )
+        ],
+        {"wrong"},
+        # the in-place check's margins of 1e4 hold in TF32; float32_not_tf32's pixels 1 + 2^-12 become 1,
+        # hidden unit 0 becomes 0 and every label 1
+        "TF32",
+        "the linear layers' cuBLASLt plans compute in TF32 (CUBLAS_COMPUTE_32F_FAST_TF32)",
+        mistake="TF32",
+    ),
+    "07_faster.weights_copied_once": Variant(
+        "07_faster.cu",
+        [
+            (
+                "static cudaError_t infer(const Weights& wt, const float* images_host, int n, int64_t* labels_host) {\n"
+                "    if (n < 1) return cudaErrorInvalidValue;\n",
+                "static cudaError_t infer(const Weights& given, const float* images_host, int n,"
+                " int64_t* labels_host) {\n"
+                "    if (n < 1) return cudaErrorInvalidValue;\n"
+                "    // the model copied into buffers of our own, once per weight address: later calls skip it\n"
+                "    static std::map<const float*, float*> kept;\n"
+                "    const size_t sizes[2][8] = {\n"
+                "        {(size_t)HIDDEN * PIXELS, HIDDEN, (size_t)CLASSES * HIDDEN, CLASSES},\n"
+                "        {CONV1 * 25, CONV1, CONV2 * CONV1 * 25, CONV2, (size_t)HIDDEN * FEATURES, HIDDEN,\n"
+                "         (size_t)CLASSES * HIDDEN, CLASSES}};\n"
+                "    Weights wt = given;\n"
+                "    for (int i = 0; i < (given.net == CNN ? 8 : 4); ++i) {\n"
+                "        float*& copy = kept[given.w[i]];\n"
+                "        if (copy == nullptr) {\n"
+                "            const size_t bytes = sizes[given.net][i] * sizeof(float);\n"
+                "            CUDA_CHECK(cudaMalloc(&copy, bytes));\n"
+                "            CUDA_CHECK(cudaMemcpy(copy, given.w[i], bytes, cudaMemcpyDeviceToDevice));\n"
+                "        }\n"
+                "        wt.w[i] = copy;\n"
+                "    }\n",
+            )
+        ],
+        {"wrong"},
+        # new addresses get new copies (the cases, graphs_follow_n_and_weights' moved weights): only a
+        # change in place, in weights_read_at_every_call, is missed, and every label stays 5
+        "in place",
+        "the weights copied once per address into buffers of its own: values changed in place are never seen",
+        mistake="weights snapshotted",
     ),
 }
 
@@ -363,7 +670,25 @@ BATCHES = [
         "03_cublas.bias_never_added",
         "06_extension.fake_wrong_shape",
     ],
-    ["01_cpu_inference.uses_torch", "02_cuda_mlp.argmax_last_tie", "06_extension.no_bias"],
+    [
+        "01_cpu_inference.uses_torch",
+        "02_cuda_mlp.argmax_last_tie",
+        "03_cublas.lt_assumes_256_byte_alignment",
+        "06_extension.no_bias",
+    ],
+    [
+        "01_cpu_inference.unrolled_by_8_no_remainder",
+        "02_cuda_mlp.relu_float4_no_remainder",
+        "03_cublas.lt_in_tf32",
+        "06_extension.launch_on_default_stream",
+    ],
+    [
+        "02_cuda_mlp.relu_float4_assumes_alignment",
+        "05_cutlass.wide_kernel_by_widths_only",
+        "06_extension.synchronizes_in_the_op",
+    ],
+    ["04_cudnn.direct_filter_transposed", "06_extension.binding_skips_contiguous", "07_faster.weights_copied_once"],
+    ["04_cudnn.graph_rebuilt_every_call", "06_extension.grad_x_by_broadcast", "07_faster.lt_in_tf32"],
 ]
 SANITIZED: list[str] = []
 AT_BUILD: list[str] = []

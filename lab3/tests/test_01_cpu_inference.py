@@ -9,6 +9,13 @@ biases standard normal times 0.1 (a missing bias moves a logit by about 0.1). Ba
 257 (not a multiple of any blocking a student may try); the last case runs the trained network on
 the first 256 test images, once lab3/network.py provides it.
 
+The network's widths are 784 -> 1000 -> 10, and 784 and 1000 are multiples of 8: a loop unrolled
+by 4 or 8 with no remainder loop passes on them. The contract takes any in, hidden and out >= 1
+(the binding reads them from the tensors), so two cases change the widths: 13 -> 1001 -> 7 and
+1001 -> 13 -> 7. A k loop that stops at the last multiple of 8 drops 5 terms of each fc1 dot
+product in the first (1 in the second, off by |x_k·w_k|, about 0.03, far past 1e-4), and an output
+loop unrolled by 8 with no remainder never writes any of the 7 logits. Both cost microseconds.
+
 Tolerance (atol 1e-4, rtol 1e-4, over a float64 reference cast to float32): each output is a
 float32 sum of 784 (then 1000) products in an order other than the reference's. Rounding adds
 about u·sqrt(n)·sum|x_k w_k| (u = 6e-8): measured, a one-accumulator loop is within 2e-6 of the
@@ -28,6 +35,8 @@ from grader.tasks import Case, Rule, TorchExtensionTask, TorchOp
 
 IN, HIDDEN, OUT = 784, 1000, 10
 BATCHES = [1, 3, 64, 257]
+# (batch, in, hidden, out): widths that are no multiple of 4 or 8, as the contract allows
+ODD_WIDTHS = [(3, 13, 1001, 7), (2, 1001, 13, 7)]
 TRAINED_BATCH = 256
 # the trained network comes from lab3/network.py (load_mlp, load_testset, ensure_trained)
 TRAINED = (Path(__file__).resolve().parents[1] / "network.py").is_file()
@@ -46,12 +55,13 @@ def make_inputs(p, rng):
             "w2": net["fc2.weight"].contiguous(),
             "b2": net["fc2.bias"].contiguous(),
         }
+    n_in, hidden, out = p.get("n_in", IN), p.get("hidden", HIDDEN), p.get("n_out", OUT)
     return {
-        "x": rng.randn(p["batch"], IN),
-        "w1": rng.randn(HIDDEN, IN) / IN**0.5,
-        "b1": rng.randn(HIDDEN) * 0.1,
-        "w2": rng.randn(OUT, HIDDEN) / HIDDEN**0.5,
-        "b2": rng.randn(OUT) * 0.1,
+        "x": rng.randn(p["batch"], n_in),
+        "w1": rng.randn(hidden, n_in) / n_in**0.5,
+        "b1": rng.randn(hidden) * 0.1,
+        "w2": rng.randn(out, hidden) / hidden**0.5,
+        "b2": rng.randn(out) * 0.1,
     }
 
 
@@ -63,6 +73,7 @@ def reference(x, w1, b1, w2, b2):
 
 
 CASES = [Case(f"batch={b}", batch=b) for b in BATCHES]
+CASES += [Case(f"batch={b}, {i}->{h}->{o}", batch=b, n_in=i, hidden=h, n_out=o) for b, i, h, o in ODD_WIDTHS]
 if TRAINED:
     CASES.append(Case(f"trained, {TRAINED_BATCH} test images", batch=TRAINED_BATCH, trained=True))
 
@@ -86,6 +97,17 @@ TASK = TorchExtensionTask(
     ],
     prepare="lab3.network:ensure_trained" if TRAINED else None,
     gpu=False,
+    mistakes={
+        "transposed weights": "every case: w read as (in, out) gives other dot products (in bounds, off by about 1)",
+        "missing bias": "every case: b ~ 0.1·N(0, 1) moves each output far past atol 1e-4",
+        "missing ReLU": "every case: about half the hidden values are negative",
+        "short image loop": "batch 1, 3, 64 and 257: the last image's logits are left at the binding's zeros",
+        "widths not a multiple of the unroll": (
+            "13 -> 1001 -> 7 and 1001 -> 13 -> 7: a loop unrolled by 4 or 8 without its remainder drops terms or"
+            " outputs that 784 -> 1000 -> 10 never shows"
+        ),
+        "a library does the work": "the source rule: no torch, ATen or BLAS in the student's file",
+    },
 )
 
 

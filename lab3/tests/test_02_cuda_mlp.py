@@ -36,12 +36,20 @@ the trained network and the whole test set (lab3.network's load_mlp and load_tes
 must equal torch's float32 ones except on images whose top two logits are within that bound of
 each other, and both accuracies are noted. It also fences the labels, as the cases do.
 
+Widths and alignment. relu_inplace gets B·out values, 119 and 70 in the 7 x 33 -> 17 and
+7 x 1000 -> 10 cases: no multiple of 4, and their last three values are negative, so a float4 loop
+with no scalar remainder leaves them negative (`wrong`). The custom check `unaligned_pointers`
+calls every entry point once on pointers 4 to 12 bytes past a 16-byte boundary (copies at element
+offsets 1, 2 or 3, as a torch view may start; lab3/tests/unaligned.py), at 7 x 36 -> 20 and n = 9
+images in batches of 4, whose widths are multiples of 4 so that a vectorized path is taken: a
+float4 access there faults with a misaligned address (`crash`), which no aligned case can show.
+
 No performance target: the timing case (n = 10000, batch 4096; linear at 4096 x 784 -> 1000)
 reports the time against torch (cuBLAS in float32, TF32 off by default), which a 16 x 16 tiled
 kernel does not beat; gates are set once measured on an H100.
 """
 
-from grader.child.context import RunContext
+from grader.child.context import RunContext, seed_for
 from grader.tasks import (
     NO_LIBRARIES,
     Case,
@@ -138,6 +146,8 @@ def network_inputs(n: int, rng: Rng) -> dict:
 
 
 def make_inputs(p, rng):
+    import torch
+
     b, k, m = p["B"], p["in_"], p["out"]
     logits = rng.randn(b, m)
     logits[::2] = rng.integers(-2, 3, (b + 1) // 2, m).float()  # small integers: ties in most rows
@@ -148,7 +158,8 @@ def make_inputs(p, rng):
         "B": b,
         "in": k,
         "out": m,
-        "h": rng.randn(b * m),
+        # the last three values negative: a vectorized ReLU that skips the count's remainder leaves them
+        "h": torch.cat([rng.randn(b * m - min(3, b * m)), -rng.randn(min(3, b * m)).abs() - 0.5]),
         "count": b * m,
         "logits": logits,
         "classes": m,
@@ -247,6 +258,23 @@ def trained_network_matches_torch(ctx: RunContext) -> None:
         )
 
 
+def unaligned_pointers(ctx: RunContext) -> None:
+    """Every entry point on pointers that are legal but not 16-byte aligned (module docstring)."""
+    from grader.tasks.spec import clone_values
+    from lab3.tests.unaligned import call_unaligned
+
+    shape = {"B": 7, "in_": 36, "out": 20, "n": 9, "batch": 4}
+    v = make_inputs(shape, Rng(seed_for(ctx.task, "unaligned"), "cuda"))
+    where = "7x36->20, n=9, batch=4, with every pointer at an element offset of 1 to 3 (unaligned)"
+    for symbol, ref, atol in (
+        ("linear", linear_reference, LINEAR_ATOL),
+        ("relu_inplace", relu_reference, 0.0),
+        ("argmax_rows", argmax_reference, 0.0),
+        ("mlp_predict", mlp_reference, 0.0),
+    ):
+        call_unaligned(ctx, symbol, v, ref(clone_values(v)), atol, where)
+
+
 def flops_linear(v):
     return 2 * v["B"] * v["in"] * v["out"]
 
@@ -284,7 +312,7 @@ TASK = CudaTask(
     timing_case=label(TIMING),
     sweep=[case((b, 784, 1000, b, b), small=False) for b in SWEEP],
     sweep_entries=["mlp_predict"],
-    checks=[trained_network_matches_torch],
+    checks=[trained_network_matches_torch, unaligned_pointers],
     prepare="lab3.network:ensure_trained",
     timeout=180,
     rules=[
@@ -292,6 +320,17 @@ TASK = CudaTask(
         uses_shared_memory("linear stages tiles of x and w in shared memory", kernels="linear"),
         uses_syncthreads("the tiles are shared by the block: it must wait for them to be filled", kernels="linear"),
     ],
+    mistakes={
+        "transposed weights": "linear on 33 -> 17 and 1000 -> 10: w indexed as (in, out) is another dot product",
+        "missing bias": "linear on every case: b ~ N(0, 1), far past atol 5e-4",
+        "missing ReLU": "the trained network's labels (the custom check) and the random cases' mlp_predict labels",
+        "padded last batch": "mlp_predict with n = 1000 and batch 64 or 256: the labels past n are fenced",
+        "argmax ties": "argmax_rows on rows of small integers (ties) at 1000 classes: torch picks the lowest index",
+        "widths not a multiple of the vector width": (
+            "relu_inplace on 119 and 70 values whose last three are negative: a float4 loop without its remainder"
+        ),
+        "unaligned pointers": "the check unaligned_pointers: every pointer 4 to 12 bytes past a 16-byte boundary",
+    },
 )
 
 

@@ -30,6 +30,16 @@ K = 4096, so zeros, a missing bias (|b| ~ 1) and a transposed w still fail. At 4
 the TF32 result must also differ from the float32 one (if it is bit for bit the same, the compute
 type asked for was not TF32).
 
+Unaligned pointers (the custom check `unaligned_pointers`). Every case's tensor starts on a
+512-byte boundary, where cuBLASLt's heuristic, which assumes 256-byte alignment unless told
+otherwise (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES), is right. The contract takes any float
+pointer, as a torch view gives: both entries run with x, w, b and y at element offsets 1, 3, 2
+(then 4, a 16-byte-aligned bias) and 1 (4 to 12 bytes past a 16-byte boundary;
+lab3/tests/unaligned.py) at 64 x 256 -> 256 and
+7 x 784 -> 1000, widths that are multiples of 4 so that kernels loading 16 bytes at a time are
+candidates, under the float32 tolerance above. An algorithm chosen for 256-byte alignment then
+faults or is refused (`crash`), or reads the wrong elements (`wrong`).
+
 Timing, reported and not gated: linear_gemmex with TF32 on against off at 4096 x 4096 x 4096, and
 the time per call at B = 1 (where a handle created per call would show); linear_relu_lt against
 torch at B = 4096, 784 -> 1000.
@@ -37,7 +47,8 @@ torch at B = 4096, 784 -> 1000.
 
 from grader.child.compare import past_tf32_bound
 from grader.child.context import RunContext, seed_for
-from grader.tasks import Case, CudaTask, Entry, In, Int, Out, PerfTarget, Rule
+from grader.tasks import Case, CudaTask, Entry, In, Int, Out, PerfTarget
+from grader.tasks.rules import calls, library_does_the_product
 from grader.tasks.spec import Rng
 
 ARGS_LT = [In("x"), In("w"), In("b"), Out("y"), Int("B"), Int("in"), Int("out")]
@@ -151,6 +162,19 @@ def tf32_within_its_bound(ctx: RunContext) -> None:
             )
 
 
+def unaligned_pointers(ctx: RunContext) -> None:
+    """Both entries on pointers that are legal but not 16-byte aligned (module docstring)."""
+    from lab3.tests.unaligned import call_unaligned
+
+    for batch, n_in, n_out in ((64, 256, 256), (7, 784, 1000)):
+        v = make_inputs({"B": batch, "in": n_in, "out": n_out}, Rng(seed_for(ctx.task, f"unaligned {n_in}"), "cuda"))
+        # b 8 bytes past a 16-byte boundary, then on one (an epilogue may load the bias 16 bytes at a time)
+        for offsets in ((1, 3, 2, 1), (1, 3, 4, 1)):
+            where = f"{batch}x{n_in}->{n_out} with x, w, b and y at element offsets {offsets} (unaligned)"
+            call_unaligned(ctx, "linear_gemmex", {**v, "tf32": 0}, reference_linear(v), 5e-5, where, offsets)
+            call_unaligned(ctx, "linear_relu_lt", v, reference_linear_relu(v), 5e-5, where, offsets)
+
+
 def tf32_speed(ctx: RunContext) -> None:
     """Reported, not judged: TF32 on against off at 4096³, and the time of one small call."""
     import torch
@@ -192,18 +216,29 @@ TASK = CudaTask(
     tolerance={"f32": (5e-5, 0.0)},
     timing_case=TIMING,
     sweep=[case(b, 784, 1000) for b in SWEEP],
-    checks=[tf32_within_its_bound, tf32_speed],
+    checks=[tf32_within_its_bound, unaligned_pointers, tf32_speed],
     libraries=["cublas", "cublasLt"],
     timeout=120,
     rules=[
-        Rule("require", r"\bcublasGemmEx\s*\(", "linear_gemmex multiplies with cublasGemmEx"),
-        Rule("require", r"\bcublasLtMatmul\s*\(", "linear_relu_lt multiplies with cublasLtMatmul"),
+        # what each entry point's compiled code calls (a helper it never calls does not count) and,
+        # on a GPU, which library's kernels one call of it launched
+        calls("cublasGemmEx", "linear_gemmex multiplies with cublasGemmEx", "linear_gemmex"),
+        calls("cublasLtMatmul", "linear_relu_lt multiplies with cublasLtMatmul", "linear_relu_lt"),
+        library_does_the_product("the product runs in cuBLAS's kernels, not in a kernel of yours"),
     ],
     # Not gates: no reference timing yet; the lead sets them from an H100 run.
     perf=[
         PerfTarget("linear_relu_lt", "speedup", 1.0, 2, gate=False),
         PerfTarget("linear_relu_lt", "speedup_over:linear_gemmex", 1.0, 1, gate=False),
     ],
+    mistakes={
+        "transpose mix-up": "the TF32 bound at 1x33->17 and the square 64x256->256, where x·w has the right shape",
+        "missing ReLU": "every call of linear_relu_lt (first the check unaligned_pointers): the negative half of y",
+        "missing bias": "every case: b ~ N(0, 1) against atol 5e-5",
+        "TF32 flag ignored": "tf32=1 at 4096x4096x4096 must differ from tf32=0, bit for bit",
+        "TF32 where float32 was asked": "linear_relu_lt in unaligned_pointers and the cases: TF32 is 3e-4 off",
+        "unaligned pointers": "the check unaligned_pointers: x, w, b and y 4 to 12 bytes past a 16-byte boundary",
+    },
 )
 
 

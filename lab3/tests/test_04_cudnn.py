@@ -49,7 +49,8 @@ TF32 allowed as torch's default), the cuDNN one over the direct one, and linear_
 """
 
 from grader.child.context import RunContext, seed_for
-from grader.tasks import Case, CudaTask, Entry, In, Int, Out, PerfTarget, Rule
+from grader.tasks import Case, CudaTask, Entry, In, Int, Out, PerfTarget
+from grader.tasks.rules import calls, library_does_the_product, no_library
 from grader.tasks.spec import Rng
 
 TF32 = 2.0**-9 + 2.0**-20  # the largest relative error of a product of two TF32-rounded float32 values
@@ -307,10 +308,21 @@ TASK = CudaTask(
     include_packages=["nvidia-cudnn-frontend"],
     timeout=240,
     rules=[
-        Rule("require", r"\.matmul\s*\(", "linear_relu_cudnn multiplies in a cuDNN graph (Graph::matmul)"),
-        Rule("require", r"\.conv_fprop\s*\(", "conv2d_bias_relu_cudnn convolves in a cuDNN graph (Graph::conv_fprop)"),
-        Rule("require", r"RELU_FWD", "the ReLU is a node of the graph (PointwiseMode_t::RELU_FWD)"),
-        Rule("forbid", r"\bcublas", "the product is cuDNN's here (cuBLAS was task 03)"),
+        # what the cuDNN entry points' compiled code calls, the libraries the build reads and links,
+        # and, on a GPU, the kernels one call of each launched: cuDNN's only, the ReLU and the bias
+        # being nodes of its graph rather than a kernel of yours
+        calls(
+            "cudnnBackendExecute",
+            "the cuDNN entry points run a cuDNN graph (Graph::execute)",
+            ["linear_relu_cudnn", "conv2d_bias_relu_cudnn"],
+        ),
+        library_does_the_product(
+            "the product, the bias and the ReLU are nodes of one cuDNN graph (Graph::matmul or Graph::conv_fprop, "
+            "then PointwiseMode_t::ADD and RELU_FWD), run by cuDNN's kernels alone",
+            ["linear_relu_cudnn", "conv2d_bias_relu_cudnn"],
+            only=True,
+        ),
+        no_library(r"cublas\w*", "the product is cuDNN's here (cuBLAS was task 03)"),
     ],
     # Not gates: no reference timing yet; the lead sets them from an H100 run.
     perf=[
@@ -318,6 +330,16 @@ TASK = CudaTask(
         PerfTarget("conv2d_bias_relu_cudnn", "speedup_over:conv2d_bias_relu_direct", 1.0, 1, gate=False),
         PerfTarget("linear_relu_cudnn", "speedup", 1.0, 1, gate=False),
     ],
+    mistakes={
+        "missing ReLU": "linear_relu_cudnn's first case, 1x784->1000: the negative half of y, off by more than 0.05",
+        "wrong strides": "linear_relu_cudnn at 1x784->1000 and the square 3x256->256: wᵀ read as (in, out)",
+        "graph rebuilt every call": (
+            "the check linear_graph_is_cached: a call at a built shape must take under a quarter of the first"
+        ),
+        "filter taps transposed": (
+            "the trained conv1 check (5x5 filters that are not symmetric) and the odd case's R = 3, S = 5"
+        ),
+    },
 )
 
 

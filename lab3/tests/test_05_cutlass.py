@@ -32,6 +32,14 @@ smaller (about 3e-4 rms, 2e-3 at most, for round-to-nearest), and must be larger
 at 64 x 784 -> 1000, a TF32 result with every element within the SIMT tolerance was not computed
 in TF32 (`tf32_within_its_bound` fails it).
 
+Unaligned pointers (the custom check `unaligned_pointers`). Every case's tensor starts on a 512-byte
+boundary, so the TF32 entry's choice of the 4-floats-per-access kernel is only ever tested on
+aligned pointers there. The contract takes any float pointer: both entries run once at
+64 x 784 -> 1000 (in and out multiples of 4, where the wide kernel is the fast choice) with x, w,
+b and y at element offsets 1, 3, 2 and 1 (4 to 12 bytes past a 16-byte boundary, as a torch view
+may start; lab3/tests/unaligned.py), under their own tolerances. A kernel chosen by the widths
+alone is refused by can_implement (kErrorMisalignedOperand: `crash`).
+
 Timing, reported and not gated (the lead sets gates after an H100 run): both entries at B = 4096,
 784 -> 1000 against torch.addmm + relu, float32 for the SIMT entry and TF32 for the TF32 entry
 (each baseline sets torch.backends.cuda.matmul.allow_tf32 for its call and restores it), the TF32
@@ -41,7 +49,8 @@ settings at 4096 x 4096 -> 4096.
 
 from grader.child.compare import past_tf32_bound
 from grader.child.context import RunContext, seed_for
-from grader.tasks import Case, CudaTask, Entry, In, Int, Out, PerfTarget, Rule
+from grader.tasks import Case, CudaTask, Entry, In, Int, Out, PerfTarget
+from grader.tasks.rules import launches, launches_kernel, uses_cuda_cores, uses_tensor_cores
 from grader.tasks.spec import Rng
 
 ARGS = [In("x"), In("w"), In("b"), Out("y"), Int("B"), Int("in"), Int("out")]
@@ -151,6 +160,17 @@ def tf32_within_its_bound(ctx: RunContext) -> None:
             )
 
 
+def unaligned_pointers(ctx: RunContext) -> None:
+    """Both entries on pointers that are legal but not 16-byte aligned (module docstring)."""
+    from lab3.tests.unaligned import call_unaligned
+
+    batch, n_in, n_out = PRECISION_SHAPE
+    v = make_inputs({"B": batch, "in": n_in, "out": n_out}, Rng(seed_for(ctx.task, "unaligned"), "cuda"))
+    where = f"{batch}x{n_in}->{n_out} with x, w, b and y at element offsets 1, 3, 2 and 1 (unaligned)"
+    for symbol, atol in ((SIMT, F32_ATOL), (TF32, TF32_ATOL)):
+        call_unaligned(ctx, symbol, v, reference(v), atol, where, (1, 3, 2, 1))
+
+
 def speed_at_4096_cubed(ctx: RunContext) -> None:
     """Reported, not judged: both entries and torch (float32 and TF32) at 4096 x 4096 -> 4096."""
     import torch
@@ -200,21 +220,22 @@ TASK = CudaTask(
     tolerance={"f32": (F32_ATOL, 0.0)},
     timing_case=TIMING,
     sweep=[case(b, 784, 1000) for b in SWEEP],
-    checks=[tf32_within_its_bound, speed_at_4096_cubed],
+    checks=[tf32_within_its_bound, unaligned_pointers, speed_at_4096_cubed],
     include_packages=["nvidia-cutlass"],
     # CUTLASS's own headers call constexpr host functions from host-device code (its examples build
     # with this flag too)
     nvcc_flags=["--expt-relaxed-constexpr"],
     timeout=120,
     rules=[
-        Rule("require", r"\bcutlass::gemm::device::Gemm\s*<", "the GEMMs are CUTLASS device-level Gemm types"),
-        Rule(
-            "require",
-            r"\bLinearCombinationRelu\s*<",
-            "the bias and the ReLU are done in the GEMM's epilogue (LinearCombinationRelu), not by another kernel",
+        # the kernels each entry point reaches (their names carry CUTLASS's template arguments) and
+        # their SASS; on a GPU, the kernels one call of each launched. Whether the epilogue applies
+        # the ReLU is the values' business (a LinearCombination epilogue is wrong, not a rule break).
+        launches_kernel(r"cutlass::gemm::kernel::Gemm\w*<", "the GEMMs are CUTLASS device-level Gemm types"),
+        launches(
+            1, "the bias and the ReLU are done in the GEMM's epilogue (LinearCombinationRelu), not by another kernel"
         ),
-        Rule("require", r"\bOpClassTensorOp\b", "the TF32 entry runs on the tensor cores (OpClassTensorOp)"),
-        Rule("require", r"\bOpClassSimt\b", "the float32 entry runs on the CUDA cores (OpClassSimt)"),
+        uses_tensor_cores("the TF32 entry runs on the tensor cores (OpClassTensorOp)", TF32),
+        uses_cuda_cores("the float32 entry runs on the CUDA cores (OpClassSimt)", SIMT),
     ],
     # From the reference on an H100 (B = 4096, 784 -> 1000, against torch's cuBLAS in the same run):
     # SIMT 0.70x float32, TF32 0.96x TF32, TF32 4.87x SIMT; the gates sit below, for run-to-run noise.
@@ -223,6 +244,12 @@ TASK = CudaTask(
         PerfTarget(TF32, "speedup", 0.8, 1, gate=True),
         PerfTarget(TF32, f"speedup_over:{SIMT}", 2.0, 1, gate=True),
     ],
+    mistakes={
+        "missing ReLU": "every call of the SIMT entry (first the check unaligned_pointers): the negative half of y",
+        "transpose mix-up": "the TF32 bound at 1x33->17 and 64x256->256, where x·w has the right shape",
+        "widths not a multiple of 4": "the TF32 check at 1x33->17: the wide kernel refuses lda = 33, ldd = 17",
+        "unaligned pointers": "the check unaligned_pointers: x, w, b and y 4 to 12 bytes past a 16-byte boundary",
+    },
 )
 
 

@@ -5,12 +5,30 @@ Python through torch.library.
 
 What is checked, through torch as a user meets the op:
 - values, float32, on B in {1, 7, 64} and (in, out) in {(784, 1000), (1000, 10), (33, 17)}: fc1's
-  and fc2's shapes and one whose edges are no multiple of any tile; two random draws each;
+  and fc2's shapes and one whose edges are no multiple of any tile; two random draws each; and at
+  7 x 33 -> 17 and 64 x 784 -> 1000 with non-contiguous inputs (x a transposed view, w and b every
+  other element of a larger tensor), which the op must accept as torch's own ops do (its binding
+  makes them contiguous: a pointer read as if they were gives other values);
 - torch.autograd.gradcheck in float64 (the kernel is templated; finite differences need float64)
   on B = 7, 33 -> 17: 809 perturbed inputs, each two forward calls, so it stays under a second;
 - torch.library.opcheck on the same case (schema, fake against the real op, the autograd
   registration, and tracing with symbolic sizes, without and with inputs requiring grad);
 - torch.compile(backend="aot_eager", fullgraph=True) against eager, outputs and gradients;
+- `runs_on_the_callers_stream` (custom): the op called on a side stream (a non-blocking stream of
+  torch's pool) right after a long sleep kernel and a copy of new values into x, both queued on that
+  stream: its kernel must run after them, so y must be the product of the new x. A kernel launched on
+  the legacy default stream, or on a stream of its own, starts at once (a non-blocking stream does
+  not wait for stream 0, nor stream 0 for it) and multiplies the old x;
+- `captures_into_a_cuda_graph` (custom): the op captured by torch.cuda.graph on strided x, w and b
+  (the binding's copies to contiguous tensors are captured too), then the graph replayed after new
+  values are copied into the same views: y must be the new product. A call that
+  synchronizes or allocates inside the capture is refused by CUDA, a kernel outside the capture
+  stream runs once, eagerly, and a replay leaves y as it was;
+- `backward_calls_the_op` (custom): the contract asks for the backward's two products through
+  torch.ops.lab3ext.linear; the torch profiler records the operators one backward of y = op(x, w, b)
+  calls (all three inputs requiring grad), and lab3ext::linear must be among them twice. A product
+  computed another way (a broadcast multiply and a sum, which no rule on the source's spelling sees)
+  shows as fewer calls;
 - `training_matches_torch` (custom): the MLP of lab3/train.py with both layers calling
   torch.ops.lab3ext.linear, trained as lab3/train.py trains it (same seed, init, Adam, lr, batch and
   batch order, on the data the lab's networks were trained on: MNIST when cached, else the offline
@@ -57,11 +75,21 @@ TRAIN_STEPS = 100  # about 4.5 epochs of the offline digits, a tenth of one of M
 TRAIN_ATOL, TRAIN_RTOL = 2e-5, 1e-5
 
 
+SLEEP_CYCLES = 50_000_000  # torch.cuda._sleep: about 25 ms at 2 GHz, 500x the op at 64 x 784 -> 1000
+
+
 def label(batch: int, n_in: int, n_out: int) -> str:
     return f"B={batch}, {n_in}->{n_out}"
 
 
 def make_inputs(p, rng):
+    if p.get("strided"):
+        # x (B, in) as the transpose of an (in, B) tensor; w and b every other element of larger ones
+        return {
+            "x": rng.randn(p["in"], p["B"]).t(),
+            "w": (rng.randn(p["out"], 2 * p["in"]) / p["in"] ** 0.5)[:, ::2],
+            "b": rng.randn(2 * p["out"])[::2],
+        }
     return {
         "x": rng.randn(p["B"], p["in"]),
         "w": rng.randn(p["out"], p["in"]) / p["in"] ** 0.5,
@@ -125,6 +153,112 @@ def compare_losses(ours: list[float], theirs: list[float]) -> str:
     return ""
 
 
+def _judge(ctx, y, expected, where: str, why: str) -> None:
+    import torch
+
+    err = (y.double() - expected.double()).abs()
+    bad = ~(err <= LINEAR_ATOL)  # NaN counts as bad
+    if bool(bad.any()):
+        worst = float(torch.nan_to_num(err, nan=float("inf")).max())
+        ctx.fail(
+            f"{where}: {int(bad.sum())} of {y.numel()} outputs wrong (largest error {worst:.3g},"
+            f" atol {LINEAR_ATOL:g}): {why}"
+        )
+
+
+def runs_on_the_callers_stream(ctx) -> None:
+    """The op on a side stream with a sleep and an update of x queued before it (module docstring)."""
+    import torch
+
+    from grader.tasks.spec import Rng
+
+    rng = Rng(ctx.seed("stream"), "cuda")
+    shape = {"B": 64, "in": 784, "out": 1000}
+    old, new = make_inputs(shape, rng), make_inputs(shape, rng)
+    x, w, b = old["x"].clone(), old["w"], old["b"]
+    expected = reference(new["x"], w, b)
+    side = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(SLEEP_CYCLES)
+        x.copy_(new["x"])  # queued behind the sleep: the op must read these values
+        y = torch.ops.lab3ext.linear(x, w, b)
+        seen = y.clone()  # queued right after the op: it must see the op's finished result
+    torch.cuda.synchronize()
+    why = (
+        "the kernel did not run in order on the caller's stream (torch.cuda.current_stream(), a non-default stream"
+        " here, with a sleep and a copy into x queued on it): launch on the `stream` the binding passes"
+    )
+    where = "torch.ops.lab3ext.linear on a side stream at 64x784->1000"
+    _judge(ctx, y, expected, where, why)
+    _judge(ctx, seen, expected, where + ", read on that stream right after the call", why)
+
+
+def captures_into_a_cuda_graph(ctx) -> None:
+    """The op captured into a CUDA graph and replayed on new values in the same tensors."""
+    import torch
+
+    from grader.tasks.spec import Rng
+
+    rng = Rng(ctx.seed("graph"), "cuda")
+    # strided views: the binding's copies to contiguous tensors are captured with the kernel
+    shape = {"B": 64, "in": 784, "out": 1000, "strided": True}
+    first, fresh = make_inputs(shape, rng), make_inputs(shape, rng)
+    x, w, b = first["x"], first["w"], first["b"]
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            y = torch.ops.lab3ext.linear(x, w, b)
+    except Exception as e:  # CUDA refuses the capture: the op's own doing, not a crash of the grader
+        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        ctx.fail(
+            f"torch.ops.lab3ext.linear cannot be captured into a CUDA graph (torch.cuda.graph: {first_line}):"
+            f" launch only on the `stream` the binding passes, and do not synchronize inside the op"
+        )
+    for t, k in ((x, "x"), (w, "w"), (b, "b")):
+        t.copy_(fresh[k])
+    graph.replay()
+    torch.cuda.synchronize()
+    _judge(
+        ctx,
+        y,
+        reference(fresh["x"], fresh["w"], fresh["b"]),
+        "a CUDA graph of torch.ops.lab3ext.linear at 64x784->1000 (x, w and b strided views), replayed after new"
+        " values were copied into them",
+        "the replay did not compute the product again: the kernel ran outside the capture (launch on the `stream`"
+        " the binding passes, the capture stream here)",
+    )
+
+
+def backward_calls_the_op(ctx) -> None:
+    """One backward must call torch.ops.lab3ext.linear twice (module docstring)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from grader.tasks.spec import Rng
+
+    rng = Rng(ctx.seed("backward"), "cuda")
+    v = make_inputs({"B": 7, "in": 33, "out": 17}, rng)
+    x, w, b = (v[k].detach().clone().requires_grad_(True) for k in ("x", "w", "b"))
+    y = torch.ops.lab3ext.linear(x, w, b)
+    grad_y = rng.randn(7, 17)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        y.backward(grad_y)
+        torch.cuda.synchronize()
+    calls = [e.name for e in prof.events()]
+    ours = calls.count("lab3ext::linear")
+    products = sorted({c for c in calls if c.split("::")[-1] in ("mm", "addmm", "bmm", "matmul", "mv", "dot")})
+    if ours < 2:
+        ctx.fail(
+            f"one backward of torch.ops.lab3ext.linear (x, w and b requiring grad) called lab3ext::linear {ours}"
+            f" time(s)" + (f" and {', '.join(products)}" if products else "") + ": the contract asks for grad_x and"
+            " grad_w, the backward's two products, through torch.ops.lab3ext.linear itself"
+        )
+    ctx.note(f"one backward called lab3ext::linear {ours} times")
+
+
 def training_matches_torch(ctx) -> None:
     """Training the MLP with the op gives nn.Linear's per-step losses (see the module docstring)."""
     import torch
@@ -154,6 +288,10 @@ def training_matches_torch(ctx) -> None:
 
 
 CASES = [Case(label(b, i, o), B=b, **{"in": i, "out": o}) for b in BATCHES for i, o in LAYERS]
+CASES += [
+    Case(label(b, i, o) + ", non-contiguous x, w and b", B=b, strided=True, **{"in": i, "out": o})
+    for b, i, o in ((7, 33, 17), (64, 784, 1000))
+]
 
 TASK = TorchExtensionTask(
     lab="lab3",
@@ -187,7 +325,19 @@ TASK = TorchExtensionTask(
     ],
     prepare="lab3.network:ensure_trained",
     timeout=240,
-    checks=[training_matches_torch],
+    checks=[runs_on_the_callers_stream, captures_into_a_cuda_graph, backward_calls_the_op, training_matches_torch],
+    mistakes={
+        "missing bias": "every case: b ~ N(0, 1), far past atol 2e-3",
+        "backward formula": (
+            "gradcheck in float64 at 7x33->17 (a missing, scaled or summed-wrong gradient), and opcheck's sample with"
+            " inputs requiring grad (a gradient of the wrong shape)"
+        ),
+        "fake shape": "opcheck's test_faketensor: the fake against the real op's output",
+        "non-contiguous inputs": "the cases at 7x33->17 and 64x784->1000 with a transposed x and strided w and b",
+        "wrong stream": "the check runs_on_the_callers_stream: new x copied in behind a sleep on a side stream",
+        "not capturable": "the check captures_into_a_cuda_graph: captured, then replayed on new values",
+        "backward not through the op": "the check backward_calls_the_op: lab3ext::linear twice in one backward",
+    },
 )
 
 

@@ -18,6 +18,22 @@ for the wrong n shows), 513 and 4096 (the chunked path, with a one-image last ch
 check `graphs_follow_n_and_weights` calls n = 1, 7, 1 in a row on new images each time, then moves
 the weights to new addresses: a graph kept for another n, or for the old weights, answers wrong.
 
+Two promises of the contract get checks of their own, run first:
+- `weights_read_at_every_call`: the weights may change between calls at the same addresses. Both
+  networks run n = 7 on copies of the trained weights with fc2's bias of class 5 raised by 1e4
+  (every label is 5), then that bias is lowered and class 3's raised, in place, and the same
+  request runs again: every label must be 3. A copy of the weights taken at the first call (or a
+  graph that captured their values) still answers 5. The margin of 1e4 makes both answers exact
+  whatever the precision.
+- `float32_not_tf32`: labels computed in float32 without TF32. Both networks get weights and
+  images built so that the two disagree: every pixel is 1 + 2^-12, which TF32's 10 mantissa bits
+  round to 1; hidden unit 0 sums 784 of them (the CNN: 49, passed through delta filters) with
+  weight 1 and bias -784 (-49), so it is 784·2^-12 = 0.191 (0.012) in float32 and 0 in TF32;
+  hidden unit 1 is its bias alone, half of that; fc2 copies the two units into logits 0 and 1 and
+  gives the others -1. Every partial sum of these products, in any order, blocking or split, is a
+  multiple of 2^-12 below 2^10 and so exact in float32: the float32 label is 0 for every image,
+  and TF32's is 1. n = 256, where cuBLAS(Lt) picks tensor-core kernels when TF32 is allowed.
+
 Timing (host wall clock, copies included, torch's `.cuda()` and `.cpu()` too): the timed case is
 n = 1, gated at 3x torch eager for both networks; n = 4096 is timed too, gated at 1x torch eager
 for both. The torch.compile(mode="reduce-overhead") comparison is measured by the check
@@ -34,7 +50,8 @@ import statistics
 import time
 
 from grader.child.context import RunContext, seed_for
-from grader.tasks import Case, CudaTask, Entry, HostIn, HostOut, In, Int, PerfTarget, Rule
+from grader.tasks import Case, CudaTask, Entry, HostIn, HostOut, In, Int, PerfTarget
+from grader.tasks.rules import calls, pinned_copies, replays_graph
 from grader.tasks.spec import Rng
 
 U = 2.0**-24  # float32's unit roundoff
@@ -244,6 +261,82 @@ def graphs_follow_n_and_weights(ctx: RunContext) -> None:
                 )
 
 
+def weights_read_at_every_call(ctx: RunContext) -> None:
+    """The same request twice, the weights changed in place in between (module docstring)."""
+    import torch
+
+    x, _ = held_out()
+    for net in ("mlp", "cnn"):
+        rng = Rng(seed_for(ctx.task, f"in place {net}"), "cuda")
+        w = {k: v.clone() for k, v in trained(net).items()}  # addresses of this check's own
+        w["fc2_b"][5] += 1e4
+        images = x[rng.integers(0, x.shape[0], 7, dtype="i64")].cpu().numpy()
+        again = images.copy()  # the same images at another host address, both alive
+        for i, (host, label) in enumerate(((images, 5), (again, 3))):
+            if i == 1:  # in place, on the stream the caller uses, at the same addresses
+                w["fc2_b"][5] -= 1e4
+                w["fc2_b"][3] += 1e4
+            where = f"n = 7, call {i + 1} of 2" + (", fc2's bias changed in place since call 1" if i else "")
+            got = torch.from_numpy(call(ctx, net, host, w, where))
+            if bool((got != label).any()):
+                ctx.fail(
+                    f"{net}_infer, {where}: `labels` {got.tolist()}, expected all {label} (fc2's bias of class {label}"
+                    f" is 1e4 above the others). The weights may change between calls at the same addresses: read"
+                    f" them at every call (a graph replays the pointers it captured, never a copy of the values)"
+                )
+
+
+PIXEL = 1.0 + 2.0**-12  # exact in float32, 1 in TF32
+
+
+def tf32_probe(net: str) -> dict:
+    """Weights on which float32 and TF32 give different labels (module docstring)."""
+    import torch
+
+    def zeros(*shape: int) -> torch.Tensor:
+        return torch.zeros(shape, device="cuda")
+
+    w: dict = {}
+    if net == "cnn":
+        for i, (cin, cout) in enumerate(((1, 16), (16, 32)), start=1):
+            w[f"conv{i}_w"], w[f"conv{i}_b"] = zeros(cout, cin, 5, 5), zeros(cout)
+            w[f"conv{i}_w"][0, 0, 2, 2] = 1.0  # channel 0 passes channel 0 through (the centre tap)
+        features = 49  # channel 0 of the flattened (32, 7, 7) features
+        n_in = 32 * 7 * 7
+    else:
+        features = n_in = 784
+    w["fc1_w"], w["fc1_b"] = zeros(1000, n_in), zeros(1000)
+    w["fc1_w"][0, :features] = 1.0
+    w["fc1_b"][0] = -float(features)
+    w["fc1_b"][1] = features * 2.0**-13  # half of unit 0's float32 value
+    w["fc2_w"], w["fc2_b"] = zeros(10, 1000), torch.full((10,), -1.0, device="cuda")
+    w["fc2_w"][0, 0] = w["fc2_w"][1, 1] = 1.0
+    w["fc2_b"][:2] = 0.0
+    return w
+
+
+def float32_not_tf32(ctx: RunContext) -> None:
+    """Images and weights whose float32 labels are 0 and TF32 labels 1 (module docstring)."""
+    import numpy as np
+    import torch
+
+    n = 256
+    images = np.full((n, 1, 28, 28), PIXEL, dtype=np.float32)
+    for net in ("mlp", "cnn"):
+        w = tf32_probe(net)
+        expected = reference(net)(
+            {f"{net}_images": torch.from_numpy(images).cuda(), **{f"{net}_{k}": t for k, t in w.items()}}
+        )
+        assert bool((expected["labels"] == 0).all()), "the probe's float64 labels must all be 0"
+        got = torch.from_numpy(call(ctx, net, images, w, f"n = {n}, the TF32 probe"))
+        if bool((got != 0).any()):
+            ctx.fail(
+                f"{net}_infer on {n} images built so that float32 and TF32 disagree: {int((got != 0).sum())} of {n}"
+                f" `labels` are not 0 (first: {int(got[got != 0][0])}; TF32 gives 1). Every sum in this probe is exact"
+                f" in float32, in any order: compute in float32 (CUBLAS_COMPUTE_32F), with no TF32"
+            )
+
+
 def _wall_ms(fn, reps: int = 30) -> float:
     import torch
 
@@ -308,14 +401,22 @@ TASK = CudaTask(
     cases=[Case(f"n={n}", n=n) for n in SIZES],
     make_inputs=make_inputs,
     timing_case=TIMING,
-    checks=[whole_test_set_like_torch, graphs_follow_n_and_weights, against_torch_compile],
+    checks=[
+        weights_read_at_every_call,
+        float32_not_tf32,
+        whole_test_set_like_torch,
+        graphs_follow_n_and_weights,
+        against_torch_compile,
+    ],
     libraries=["cublas", "cublasLt"],
     prepare="lab3.network:ensure_trained",
     timeout=600,
     rules=[
-        Rule("require", r"\bcudaStreamBeginCapture\s*\(", "capture a small request into a CUDA graph"),
-        Rule("require", r"\bcudaGraphLaunch\s*\(", "replay the captured graph"),
-        Rule("require", r"\bcudaMallocHost\s*\(|\bcudaHostAlloc\s*\(", "stage the copies in pinned buffers"),
+        # what each entry point's compiled code reaches and, on a GPU, one observed call of each (a
+        # size the cases already ran): a graph replayed, nothing launched beside it, pinned copies
+        calls("cudaStreamBeginCapture", "capture a small request into a CUDA graph"),
+        replays_graph("replay the captured graph"),
+        pinned_copies("stage the copies in pinned buffers"),
     ],
     # Gates: on an H100 the reference reached 3.91x (MLP) and 4.34x (CNN) torch eager at n = 1 in the
     # grader's timed calls (`pytest --solutions`), with graphs kept per (n, weight addresses).
@@ -329,6 +430,12 @@ TASK = CudaTask(
         PerfTarget("cnn_infer", "speedup", 1.0, 2, gate=True, case=BIG),
     ],
     sweep=[Case(f"n={n}", n=n) for n in SWEEP],
+    mistakes={
+        "graph replayed for another n": "the check graphs_follow_n_and_weights: n = 1, 7, 1 on new images",
+        "replayed results": "the timed calls: fresh images at the same addresses get stale labels",
+        "weights snapshotted": "the check weights_read_at_every_call: fc2's bias changed in place between two calls",
+        "TF32": "the check float32_not_tf32: inputs whose float32 labels are exact and TF32's differ",
+    },
 )
 
 
