@@ -55,7 +55,7 @@ LINK_FLAGS = ["-shared"]
 # what a task's nvcc_flags may not say: the grader decides debug level, outputs and build steps
 REFUSED_TASK_FLAGS = ("-G", "--device-debug", "-o", "--output-file", "-c", "--compile", "-shared", "--shared")
 COMPILED = (".cu", ".cpp", ".cc", ".cxx", ".c")  # a task's other files (headers) are hashed, not compiled
-RECORD_FORMAT = 2
+RECORD_FORMAT = 3  # what a build record holds and means: bump it when that changes, and stale records rebuild
 
 
 @dataclass(frozen=True)

@@ -78,11 +78,35 @@ def nvtx_only(functions: Iterable[str], headers: Iterable[str]) -> bool:
     return bool(names) and all(NVTX_FUNCTION.match(n) for n in names) and any("/nvtx3/" in h for h in headers)
 
 
+# The cuDNN frontend (a header library lab 3 builds against) asks the runtime for the driver's
+# cuCtxGetCurrent and kin by version, to make a context current before it executes a plan
+CUDNN_FRONTEND_FUNCTION = re.compile(r"^_ZNK?14cudnn_frontend")
+DRIVER_ENTRY_POINTS = {"cudaGetDriverEntryPoint", "cudaGetDriverEntryPointByVersion"}
+
+
+def library_lookup(symbol: str, functions: Iterable[str], headers: Iterable[str]) -> bool:
+    """Whether a lookup is a header library's own, not the student's: NVTX's loader, or the cuDNN
+    frontend's driver entry points, called only from the library's own functions, in a build that
+    read that library's headers."""
+    names = list(functions)
+    if nvtx_only(names, headers):
+        return True
+    return (
+        symbol in DRIVER_ENTRY_POINTS
+        and bool(names)
+        and all(CUDNN_FRONTEND_FUNCTION.match(n) for n in names)
+        and any("/cudnn_frontend" in h for h in headers)
+    )
+
+
 # --- readelf ------------------------------------------------------------------------------------
 
-_SECTION = re.compile(r"^\s*\[\s*(\d+)\]\s+(\S+)\s+[A-Z_]+\s", re.M)
+_SECTION = re.compile(r"^\s*\[\s*(\d+)\]\s+(\S+)\s+([A-Z_]+)\s+(.*)$", re.M)
 _SYMBOL = re.compile(r"^\s*\d+:\s+[0-9a-fA-F]+\s+\d+\s+(\w+)\s+(\w+)\s+(\w+)\s+(\w+)(?:[ \t]+(\S+))?[ \t]*$", re.M)
-_RELA_HEAD = re.compile(r"^Relocation section '([^']+)'", re.M)
+# readelf cuts the name in this header at 256 characters, whatever -W says (a CUTLASS template's
+# section is longer): the header's offset names the relocation section, whose sh_info is the
+# index of the section it relocates
+_RELA_HEAD = re.compile(r"^Relocation section '([^']+)' at offset 0x([0-9a-fA-F]+)", re.M)
 _RELA = re.compile(r"^[0-9a-fA-F]+\s+[0-9a-fA-F]+\s+R_\w+\s+[0-9a-fA-F]+\s+(\S+)", re.M)
 
 
@@ -103,7 +127,19 @@ def _readelf(obj: Path) -> _Object | None:
 
 def parse_readelf(text: str) -> _Object:
     """Sections, the symbol table and the relocations of one object, from `readelf -W -S -s -r`."""
-    sections = {int(m[1]): m[2] for m in _SECTION.finditer(text) if m[1] != "0"}
+    sections: dict[int, str] = {}
+    relocates: dict[int, str] = {}  # file offset of a relocation section -> the section it relocates
+    rela_info: list[tuple[int, int]] = []
+    for m in _SECTION.finditer(text):
+        if m[1] == "0":
+            continue
+        sections[int(m[1])] = m[2]
+        if m[3] in ("RELA", "REL"):  # Address Off Size ES [Flg] Lk Inf Al
+            rest = m[4].split()
+            rela_info.append((int(rest[1], 16), int(rest[-2])))
+    for offset, info in rela_info:
+        if info in sections:
+            relocates[offset] = sections[info]
     symtab = text.find("Symbol table '.symtab'")
     symbols: list[tuple[str, str, str, str]] = []
     if symtab >= 0:
@@ -114,7 +150,9 @@ def parse_readelf(text: str) -> _Object:
     heads = list(_RELA_HEAD.finditer(text))
     for i, h in enumerate(heads):
         stop = heads[i + 1].start() if i + 1 < len(heads) else len(text)
-        section = h[1].removeprefix(".rela").removeprefix(".rel") if h[1].startswith(".rel") else h[1]
+        section = relocates.get(int(h[2], 16)) or (
+            h[1].removeprefix(".rela").removeprefix(".rel") if h[1].startswith(".rel") else h[1]
+        )
         relocations.setdefault(section, []).extend(m[1] for m in _RELA.finditer(text, h.end(), stop))
     return _Object(sections, symbols, relocations)
 
@@ -132,6 +170,34 @@ def object_facts(objects: Sequence[tuple[str, Path]], kernels: Iterable[str]) ->
 
 
 Node = tuple[int, str]  # (object, section): one function or data object's code
+
+
+def device_name(host_symbol: str) -> str:
+    """The kernel's own (device) name for its host launch stub. nvcc gives a template kernel's
+    stub internal linkage, and the mangling marks that with an `L` before the function's name
+    (`_ZN7cutlassL6KernelI...` for the kernel `_ZN7cutlass6KernelI...`); other names come back
+    unchanged."""
+    if host_symbol.startswith("_ZL") and host_symbol[3:4].isdigit():
+        return "_Z" + host_symbol[3:]
+    if not host_symbol.startswith("_ZN"):
+        return host_symbol
+    i = 3
+    while i < len(host_symbol) and host_symbol[i] in "KVr":  # cv-qualifiers of a member function
+        i += 1
+    while i < len(host_symbol):
+        c = host_symbol[i]
+        if c == "L" and host_symbol[i + 1 : i + 2].isdigit():
+            return host_symbol[:i] + host_symbol[i + 1 :]
+        if host_symbol.startswith("St", i):
+            i += 2
+        elif c.isdigit():
+            j = i
+            while j < len(host_symbol) and host_symbol[j].isdigit():
+                j += 1
+            i = j + int(host_symbol[i:j])
+        else:
+            break
+    return host_symbol
 
 
 def analyse(parsed: Sequence[tuple[str, _Object]], kernels: set[str]) -> ObjectFacts:
@@ -197,7 +263,7 @@ def analyse(parsed: Sequence[tuple[str, _Object]], kernels: set[str]) -> ObjectF
                         external.add(t)
                 else:
                     todo.append(t)
-        names_reached = {n for node in seen for n in in_section.get(node, ())}
+        names_reached = {device_name(n) for node in seen for n in in_section.get(node, ())}
         reach[entry] = EntryReach(sorted(external), sorted(names_reached & kernels))
     return ObjectFacts(undefined, reach, {s: {k: sorted(set(v)) for k, v in d.items()} for s, d in lookups.items()})
 

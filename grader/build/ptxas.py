@@ -65,8 +65,14 @@ def demangle(names: list[str]) -> list[str]:
     """C++ names as a reader writes them; the mangled ones where c++filt is missing."""
     if not names or not shutil.which("c++filt"):
         return list(names)
-    out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.splitlines()
-    return out if len(out) == len(names) else list(names)
+    # CUTLASS's kernels nest templates past c++filt's default recursion limit, which then leaves
+    # the name mangled; an older c++filt without the option fails, and the default is tried
+    for flags in (["--no-recurse-limit"], []):
+        run = subprocess.run(["c++filt", *flags], input="\n".join(names), capture_output=True, text=True)
+        out = run.stdout.splitlines()
+        if run.returncode == 0 and len(out) == len(names):
+            return out
+    return list(names)
 
 
 # --- PTX --------------------------------------------------------------------------------------

@@ -260,7 +260,11 @@ def lookups(facts: BuildFacts) -> str | None:
     """A run-time symbol lookup in the student's objects, as a message; None when there is none."""
     for source, symbols in (facts.undefined or {}).items():
         sites = (facts.lookups or {}).get(source, {})
-        found = [s for s in symbols if s in objects.LOOKUPS and not objects.nvtx_only(sites.get(s, ()), facts.headers)]
+        found = [
+            s
+            for s in symbols
+            if s in objects.LOOKUPS and not objects.library_lookup(s, sites.get(s, ()), facts.headers)
+        ]
         if found:
             callers = sorted({f for s in found for f in sites.get(s, ())})
             where = f" (in {', '.join(callers[:3])})" if callers else ""
