@@ -9,15 +9,20 @@ The child's report travels over a pipe of its own (`--report-fd`), one line per 
 signed with a key the child reads from stdin before any student code is loaded. Its stdout and
 stderr go to files (only their tail is read back), so printing a fake "pass" line or a fake
 JSON report achieves nothing, and lines on the pipe that do not carry the key are counted as
-forged. With a sandbox policy, the child runs inside grader/parent/sandbox.py's sandbox.
+forged. With a sandbox policy, the child runs inside grader/parent/sandbox.py's sandbox, which
+hides most of the checkout (the solutions, `.build` with every graded copy and built library):
+the files its job names there are copied into an inbox of its own when the job is known, and
+the job names those copies instead.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -135,8 +140,20 @@ class Child:
         self.channel = ReportChannel()
         self.args = ["--report-fd", str(self.channel.write_fd), "--scratch", str(base) + ".work"]
         self.env = env or child_env()
+        self.inbox: Path | None = None
         if policy is not None:
             self.env = sandbox.scrubbed_env(self.env, policy.work)
+            for f in (self.out, self.err):  # its output is its own: no other sandbox's user reads it
+                os.close(os.open(f, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+                f.chmod(0o600)
+            # the job comes after the sandbox is entered: the sandbox shows this folder, and the
+            # job's files that it hides are copied in (`_delivered`). Its name is not guessable:
+            # where the grader's temporary folder is not /tmp (which the sandbox replaces with an
+            # empty one), another task's sandbox sees the scratch folder, though it cannot list it.
+            self.inbox = base.with_name(f"{base.name}.in-{secrets.token_hex(8)}")
+            self.inbox.mkdir(mode=0o755)
+            self.inbox.chmod(0o755)  # the sandbox's user (nobody) reads it, whatever the umask
+            policy = dataclasses.replace(policy, readable=(*policy.readable, str(self.inbox)))
         self.policy = policy
         self.server = server
         self.proc: subprocess.Popen[bytes] | None = None
@@ -185,8 +202,38 @@ class Child:
     def feed(self, job: ChildJob | None) -> None:
         """Hands the child its job; None tells it to exit (the build failed)."""
         self._fed = True
+        if job is not None and self.inbox is not None:
+            job = self._delivered(job)
         self.started = time.perf_counter()
         self._write(job.to_line() if job is not None else "\n")
+
+    def _delivered(self, job: ChildJob) -> ChildJob:
+        """The job with each file the sandbox hides (a graded copy, a variant, a solution, the
+        built library, all under .build or labN/solutions) replaced by a copy in the inbox, at its
+        path in the checkout: only this task's own files, never the folder they came from."""
+        assert self.inbox is not None
+        shown = sandbox.shown_entries(paths.ROOT)
+
+        def deliver(path: str) -> str:
+            if not sandbox.hidden(path, shown, paths.ROOT) or not os.path.isfile(path):
+                return path
+            copy = self.inbox / os.path.relpath(os.path.realpath(path), paths.ROOT)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            folder = copy.parent
+            while folder != self.inbox:  # each folder on the way readable by nobody, whatever the umask
+                folder.chmod(0o755)
+                folder = folder.parent
+            shutil.copyfile(path, copy)
+            copy.chmod(0o644)
+            return str(copy)
+
+        if job.lib:  # the build's record beside the library: the task process reads it (grader/child/observe.py)
+            deliver(str(Path(job.lib).with_suffix(".json")))
+        return dataclasses.replace(  # (not the spec: specs lie in the labs' tests/, which it sees)
+            job,
+            sources={rel: deliver(p) for rel, p in job.sources.items()},
+            lib=deliver(job.lib) if job.lib else job.lib,
+        )
 
     def wait(self, timeout: float) -> ChildRun:
         if not self._fed:

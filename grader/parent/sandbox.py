@@ -10,6 +10,15 @@ single-threaded process (straight after a fork, before torch starts threads), an
 - a read-only filesystem: every mount is remounted read-only, except a private, size-limited
   scratch folder (`policy.work`, a tmpfs that vanishes with the task), a fresh /dev/shm, and the
   folders `policy.writable` names (a build's output folder);
+- only the part of the grader's checkout a task needs (`shown_entries`): the grader's code, the
+  labs' files, the specs and the Python environment. Everything else of it is covered by an empty
+  folder: the reference solutions (`labN/solutions`), the labs' results, `.git`, gradebooks
+  (`grade-results`), and `.build`, where the other submissions' graded copies and every built
+  library live (a private, empty, writable `.build` stands in its place, where lab 4 and 5 build
+  their kernels). What a task needs from a hidden place comes through `policy.readable` (nvcc's
+  source, a task's inbox of copies, which grader/parent/isolation.py fills once the job is known);
+- an empty /tmp instead of the host's, where other grading runs keep their files and the fork
+  server its socket (what the task needs there, its scratch folder and inbox, is bound back);
 - an unprivileged user: `nobody` when the grader runs as root; otherwise the grader's own user
   in a user namespace, with every capability dropped and no way to regain one;
 - limits: memory (RLIMIT_DATA), processes, the size of any one file it writes (its output too).
@@ -27,12 +36,15 @@ import ctypes.util
 import fcntl
 import json
 import os
+import re
 import resource
+import shlex
 import signal
 import socket
 import struct
 import sys
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 NOBODY = 65534
@@ -58,6 +70,16 @@ _ALLOWED = {"PATH", "LANG", "LANGUAGE", "TERM", "TZ", "LD_LIBRARY_PATH", "PYTHON
 _ALLOWED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "TORCH_", "PYTORCH_", "GRADER_", "NCCL_", "CUBLAS_", "CUDNN_")
 _SECRET_WORDS = ("SEED", "SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL", "KEY", "AUTH")
 
+# what of the checkout's top level a task sees: the grader's code (the task process imports it, and
+# the fixture tasks live in grader/tests), pytest's configuration, and the labs (their packages,
+# specs, course sources, headers and prepared data). All of it ships in the student release; the
+# top-level folder that holds the Python (a .venv) is shown too (`shown_entries`).
+_SHOWN = ("grader", "conftest.py", "pyproject.toml")
+_LAB = re.compile(r"lab\d+$")
+_HIDDEN_IN_LABS = ("solutions", "results")  # the reference solutions, and benchmark results
+_PRIVATE = ".build"  # other submissions' copies and libraries: replaced by a private, writable tmpfs
+_NEVER_SHOWN = (".git", _PRIVATE)
+
 
 class SandboxError(RuntimeError):
     """The sandbox could not be set up in a way the policy requires."""
@@ -67,6 +89,7 @@ class SandboxError(RuntimeError):
 class Policy:
     work: str  # the task's private scratch folder: a fresh tmpfs of work_bytes, removed with it
     writable: tuple[str, ...] = ()  # existing folders it may also write (a build's output folder)
+    readable: tuple[str, ...] = ()  # files or folders it may read even where the checkout is hidden
     memory_bytes: int = 32 << 30  # data segment (RLIMIT_DATA): CUDA's address-space reservations do not count
     processes: int = 2048  # processes and threads of its user, beyond those it already has
     file_bytes: int = 256 << 20  # any one file it writes, its stdout and stderr included
@@ -80,6 +103,7 @@ class Policy:
     def from_json(cls, text: str) -> Policy:
         d = json.loads(text)
         d["writable"] = tuple(d.get("writable", ()))
+        d["readable"] = tuple(d.get("readable", ()))
         return cls(**d)
 
 
@@ -205,6 +229,147 @@ def _expose(needed: list[Path], stage: Path) -> None:
                 _check(_libc.umount2(str(hold).encode(), 2), f"umount {hold}")  # MNT_DETACH
 
 
+# --- what of the checkout it sees ----------------------------------------------------------------
+
+
+def _interpreter() -> list[Path]:
+    """The folders this Python runs from and imports from (PYTHONPATH)."""
+    found = [Path(os.path.realpath(sys.executable)), Path(sys.prefix), Path(sys.base_prefix)]
+    return found + [Path(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
+def shown_entries(root: Path = _ROOT) -> set[str]:
+    """The names at the top of the checkout that a sandboxed process sees."""
+    names = set(_SHOWN) | {p.name for p in root.iterdir() if _LAB.match(p.name) and p.is_dir()}
+    for p in _interpreter():
+        try:
+            parts = Path(os.path.realpath(p)).relative_to(root).parts
+        except ValueError:
+            continue
+        if parts and parts[0] not in _NEVER_SHOWN:  # PYTHONPATH=<checkout> shows nothing more
+            names.add(parts[0])
+    return names
+
+
+def hidden(path: str | Path, shown: set[str] | None = None, root: Path = _ROOT) -> bool:
+    """Whether the sandbox hides `path` (a path of the checkout it does not show, or `.build`)."""
+    try:
+        parts = Path(os.path.realpath(path)).relative_to(root).parts
+    except ValueError:
+        return False
+    if not parts:
+        return False
+    if parts[0] not in (shown if shown is not None else shown_entries(root)):
+        return True
+    return bool(_LAB.match(parts[0])) and len(parts) > 1 and parts[1] in _HIDDEN_IN_LABS
+
+
+def named_files(args: list[str]) -> tuple[str, ...]:
+    """The existing files a command names by absolute path, in its arguments or in a shell line
+    it runs (`sh -c "nvcc ... -c /abs/source.cu"`): the grader writes the command, so what it
+    names is what the step is meant to read (a graded copy under the hidden .build)."""
+    words: list[str] = []
+    for arg in args:
+        try:
+            words += shlex.split(arg) if any(c.isspace() for c in arg) else [arg]
+        except ValueError:  # not a shell line
+            words.append(arg)
+    return tuple(dict.fromkeys(w for w in words if os.path.isabs(w) and os.path.isfile(w)))
+
+
+def _put_back(fd: int, target: Path, read_only: bool) -> None:
+    """Binds what `fd` opened (before it was covered) at `target`, creating the mount point."""
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.mkdir() if os.path.isdir(f"/proc/self/fd/{fd}") else target.touch()
+    _mount(f"/proc/self/fd/{fd}", str(target), None, MS_BIND | MS_REC)
+    if read_only:
+        _mount(None, str(target), None, MS_REMOUNT | MS_BIND | MS_RDONLY | dict(_mounts()).get(str(target), 0))
+
+
+def _cover(folder: Path, data: str) -> None:
+    _mount("tmpfs", str(folder), "tmpfs", MS_NOSUID | MS_NODEV, data)
+
+
+def _seal(folder: Path) -> None:
+    """A tmpfs made here (so no flag of it is locked) becomes read-only."""
+    _mount(None, str(folder), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _kept(policy: Policy, covered: Callable[[str], bool], more: tuple[str, ...] = ()) -> dict[str, bool]:
+    """What of the policy's own paths (and `more`, read-only) a cover would hide, outermost only
+    (a bind brings what is mounted below it along): path -> whether it stays writable."""
+    writable = {os.path.realpath(p) for p in (policy.work, *policy.writable)}
+    wanted = writable | {os.path.realpath(p) for p in (*policy.readable, *more)}
+    out: dict[str, bool] = {}
+    for p in sorted(wanted, key=len):
+        if os.path.exists(p) and covered(p) and not any(p.startswith(o.rstrip("/") + "/") for o in out):
+            out[p] = p in writable
+    return out
+
+
+def _hide_checkout(policy: Policy, owner: tuple[int, int], root: Path = _ROOT) -> str:
+    """Covers the checkout with an empty tmpfs and binds back only what a task needs; the labs'
+    hidden folders get an empty one each, `.build` a private writable one. Paths of the policy
+    that lie in a hidden place (its scratch and writable folders, what it may read) are bound
+    back too, from descriptors opened before anything was covered. Returns what holds."""
+    shown = shown_entries(root)
+    keep = _kept(policy, lambda p: hidden(p, shown, root))
+    links = {n: os.readlink(root / n) for n in shown if (root / n).is_symlink()}
+    fds: dict[str, int] = {}
+    try:
+        for name in sorted(shown - set(links)):
+            if (root / name).exists():
+                fds[str(root / name)] = os.open(root / name, os.O_PATH | os.O_CLOEXEC)
+        for p in keep:
+            fds[p] = os.open(p, os.O_PATH | os.O_CLOEXEC)
+        _cover(root, "mode=0755,size=1m")
+        for name, target in links.items():
+            (root / name).symlink_to(target)
+        for name in sorted(shown - set(links)):
+            if str(root / name) in fds:
+                _put_back(fds[str(root / name)], root / name, read_only=True)
+        covered = [root / lab / name for lab in shown if _LAB.match(lab) for name in _HIDDEN_IN_LABS]
+        covered = [c for c in covered if c.is_dir() and not c.is_symlink()]
+        for folder in covered:
+            _cover(folder, "mode=0755,size=1m")
+        (root / _PRIVATE).mkdir()
+        _cover(root / _PRIVATE, f"size={policy.work_bytes},mode=0700,uid={owner[0]},gid={owner[1]}")
+        for p, writable in keep.items():
+            _put_back(fds[p], Path(p), read_only=not writable)
+        for folder in [*covered, root]:
+            _seal(folder)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    labs = sorted((n for n in shown if _LAB.match(n)), key=lambda n: int(n[3:]))
+    others = sorted(n for n in shown if not _LAB.match(n))
+    return (
+        f"of the grader's checkout only {', '.join(others)} and the labs ({', '.join(labs)}) without their "
+        f"{' and '.join(_HIDDEN_IN_LABS)}; a private, empty .build"
+    )
+
+
+def _private_tmp(policy: Policy, tmp: Path = Path("/tmp")) -> str:
+    """An empty, read-only /tmp: the host's holds other grading runs' files (another submission's
+    task output, its inbox), the fork server's socket (which a process of the grader's own user
+    could ask for a task process outside the sandbox) and whatever other users leave there. What
+    the task needs under it (its scratch folder, its inbox, a checkout or Python kept in /tmp) is
+    bound back."""
+    inside = str(tmp).rstrip("/") + "/"
+    keep = _kept(policy, lambda p: p.startswith(inside), (str(_ROOT), *map(str, _interpreter())))
+    fds = {p: os.open(p, os.O_PATH | os.O_CLOEXEC) for p in keep}
+    try:
+        _cover(tmp, "mode=1777,size=1m")
+        for p, writable in keep.items():
+            _put_back(fds[p], Path(p), read_only=not writable)
+        _seal(tmp)  # read-only, as the host's was: temporary files go to the scratch folder (TMPDIR)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    return "an empty /tmp (not the host's: other grading runs' files, the fork server's socket)"
+
+
 def _loopback_up() -> None:
     """Only a loopback interface, up: local sockets (a notebook kernel's) work, nothing leaves."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
@@ -298,6 +463,12 @@ def enter(policy: Policy) -> list[str]:
             stage = Path("/dev/shm/.grader-stage")
             stage.mkdir()
             _expose(_needed(), stage)
+        try:
+            held.append(_hide_checkout(policy, owner))
+            if Path("/tmp").is_dir():
+                held.append(_private_tmp(policy))
+        except OSError as e:  # a half-built view of the files is no sandbox to run in
+            raise SandboxError(f"could not hide the checkout's solutions and other submissions: {e}") from e
         _become_init_of_pid_namespace()
         try:
             _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -381,6 +552,7 @@ def main(argv: list[str]) -> int:
         sys.stderr.write("usage: python -I grader/parent/sandbox.py POLICY-JSON -- command args...\n")
         return 2
     policy = Policy.from_json(argv[0])
+    policy = replace(policy, readable=(*policy.readable, *named_files(argv[2:])))
     try:
         held = enter(policy)
     except SandboxError as e:

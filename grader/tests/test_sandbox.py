@@ -8,7 +8,9 @@ runs in a separate grading process whose environment carries GRADER_SEED from it
 CI job's does), so that /proc/<pid>/environ of the grader holds the secret for real.
 
 Where a test can fail only if the hostile code did run, a control without the sandbox shows
-that it does what it says (finds the secret, reaches the listener).
+that it does what it says (finds the secret, reaches the listener). What of the checkout the
+sandbox shows is checked here as a rule (any machine); grader/tests/test_sandbox_secrets.py
+plays the thief who hunts for the solutions and other students' files, for every task kind.
 """
 
 from __future__ import annotations
@@ -121,11 +123,40 @@ def test_scrubbed_env_keeps_the_toolchain_and_drops_every_secret() -> None:
     assert out["HOME"] == out["TMPDIR"] == "/scratch"
 
 
+def test_what_of_the_checkout_the_sandbox_hides() -> None:
+    """The sandbox's view of the checkout (grader/tests/test_sandbox_secrets.py tries it for real):
+    the task's imports and the labs' files, never the solutions, results, .git or .build."""
+    root = paths.ROOT
+    shown = sandbox.shown_entries(root)
+    assert {"grader", "conftest.py", "pyproject.toml", "lab1"} <= shown and not {".git", ".build"} & shown
+    for seen in ["grader/child/__main__.py", "lab1/03_saxpy.cu", "lab4/kiln/planner.py", "lab1/tests/test_03_saxpy.py"]:
+        assert not sandbox.hidden(root / seen, shown, root), seen
+    for secret in [
+        "lab4/solutions/kiln/planner.py",
+        "lab3/results/reference-bench.json",
+        ".build/graded/lab1-03-0123456789abcdef/03_saxpy.cu",
+        ".build/lab1/03_saxpy.student.0123456789abcdef.so",
+        ".git/HEAD",
+        "grade-results/alice/summary.md",
+        "benchmarks/grade_class.py",
+    ]:
+        assert sandbox.hidden(root / secret, shown, root), secret
+    assert not sandbox.hidden("/usr/include/stdio.h", shown, root)  # outside the checkout: not its business
+
+
+def test_a_build_step_may_read_the_files_its_command_names(tmp_path: Path) -> None:
+    source = tmp_path / "03 saxpy.cu"  # a space: the shell line quotes it
+    source.write_text("")
+    line = f"nvcc -O3 -I{tmp_path} -c '{source}' -o {tmp_path / 'missing.o'} > {tmp_path / 'log'} 2>&1"
+    assert sandbox.named_files(["/bin/sh", "-c", line]) == ("/bin/sh", str(source))
+
+
 @needs_namespaces
 def test_the_probe_says_what_holds() -> None:
     held = sandbox.probe(sandbox.Policy(work=f"/tmp/grader-probe-{os.getpid()}"))
     text = " ".join(held)
     assert "no network" in text and "PID namespace" in text and "read-only" in text and "limits" in text
+    assert "of the grader's checkout only" in text and "without their solutions" in text and "an empty /tmp" in text
 
 
 @needs_namespaces
