@@ -36,6 +36,13 @@ class Variant(NamedTuple):
     timing: bool = False  # caught only when the timed calls run: graded with timing on (see TIMED)
     perf_points: float | None = None  # the performance points it must earn (a slow `pass`: 0); needs timing
     mistake: str = ""  # the class of mistake, a key of its task's `mistakes`
+    gpu: bool = False  # caught only by the GPU checks of a task graded on the CPU: graded where there is a GPU
+
+
+def needs_gpu(lab: str, name: str) -> bool:
+    """Whether variant `name` can only be graded on a GPU: its task needs one, or only the task's
+    GPU checks (which a machine without a GPU leaves out) catch it."""
+    return task_of(lab, name).gpu or catalogue_of(lab).VARIANTS[name].gpu
 
 
 def materialize(base: Path, edits: Edits, name: str, why: str) -> Path:
@@ -185,7 +192,7 @@ def grade_lab(lab: str, gpu: bool, huge: bool = True, at_build: bool = False) ->
     out: dict[str, TaskResult] = {}
     if not gpu:
         chosen = set(broken.AT_BUILD) if at_build else set()
-        cpu = [n for batch in broken.BATCHES for n in batch if not task_of(lab, n).gpu or n in chosen]
+        cpu = [n for batch in broken.BATCHES for n in batch if not needs_gpu(lab, n) or n in chosen]
         for batch in one_per_task(cpu):
             out.update(grade(lab, batch, sanitize=False))
         return out

@@ -1,12 +1,17 @@
 """Deliberately broken lab 5 submissions, written as edits to the reference solutions.
 
 tests/test_broken_variants.py applies each edit, grades the result and expects the verdict given
-here, as for labs 1 to 4. Tasks 01, 04 and 05 (the operators on the CPU, the fusion pass, the
-model's graph) are graded on the CPU, so their variants are graded on every machine, CI included;
-the kernels' (02, 03) and generation's GPU checks need a GPU. The issue's four classes are here:
-RoPE with the wrong layout, GQA repeating KV heads wrongly, a softmax that ignores the prefix
-length (in the CPU operators and in the kernels), and a loader that accepts a truncated file
-(the loader is given code: tests/test_lab5_checkpoint.py checks it refuses one).
+here, as for labs 1 to 4. Tasks 01, 04, 05 and 06 (the operators on the CPU, the fusion pass, the
+model's graph, generation) are graded on the CPU, so their variants are graded on every machine, CI
+included; the kernels' (02, 03) need a GPU. Each variant names its class of mistake, one of those
+its task's spec lists in `mistakes`. Besides the first classes (RoPE with the wrong layout, GQA
+repeating KV heads wrongly, a softmax that ignores the prefix length; a loader that accepts a
+truncated file is given code, which tests/test_lab5_checkpoint.py checks), issue 22's: attributes
+read as LLaMA's values (a scale of 1 / sqrt(Dh), an eps of 1e-5), eps outside the square root on
+rows of small spread, a softmax without its maximum on scores past 88, scores rounded to f16/bf16,
+half-precision models (caches and logits of the wrong dtype), a chain past the fused operator's
+input limit, top-p at an exact boundary, an end token of id 0 and tokens streamed only at the end.
+A variant of a CPU-graded task that only the task's GPU checks catch says `gpu=True`.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "test_rope_both_layouts",
         "the two RoPE layouts swapped: half pairs (j, j + Dh/2) rotated as (2j, 2j + 1) and the other way",
+        mistake="rope layout",
     ),
     "01_llama_ops.gqa_h_mod_hkv": Variant(
         "kiln_llm/cpu.py",
@@ -28,6 +34,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "test_attention_matches_hf",
         "query head h reads kv head h % Hkv instead of h // (H / Hkv)",
+        mistake="gqa heads",
     ),
     "01_llama_ops.attends_past_the_prefix": Variant(
         "kiln_llm/cpu.py",
@@ -38,6 +45,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "test_attention_matches_hf",
         "the softmax ignores the prefix length: all S cache rows are read, the run's tokens taken as the last T",
+        mistake="reads past the prefix",
     ),
     "01_llama_ops.rmsnorm_weight_before_rounding": Variant(
         "kiln_llm/cpu.py",
@@ -46,6 +54,7 @@ VARIANTS: dict[str, Variant] = {
         "test_rmsnorm_matches_hf",
         "RMSNorm multiplies by the weight in fp32 and rounds after: not Hugging Face's order (often one ulp off in"
         " bf16)",
+        mistake="rounding order",
     ),
     "01_llama_ops.rope_ignores_pos": Variant(
         "kiln_llm/cpu.py",
@@ -53,6 +62,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "test_rope_both_layouts",
         "RoPE turns token t by t, not by pos + t: every decode step sits at position 0",
+        mistake="position ignored",
     ),
     "01_llama_ops.kv_update_at_zero": Variant(
         "kiln_llm/cpu.py",
@@ -60,6 +70,55 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "test_kv_update_at_pos",
         "kv_update writes at row 0 whatever pos says",
+        mistake="cache write position",
+    ),
+    "01_llama_ops.attention_ignores_scale": Variant(
+        "kiln_llm/cpu.py",
+        [('kf) * node.attrs["scale"]', "kf) * q.shape[-1] ** -0.5")],
+        {"wrong"},
+        "test_attention_scale_and_large_scores",
+        "attention scales the scores by 1 / sqrt(Dh), LLaMA's value, instead of its scale attribute",
+        mistake="attribute at its LLaMA value",
+    ),
+    "01_llama_ops.rmsnorm_eps_outside_the_root": Variant(
+        "kiln_llm/cpu.py",
+        [
+            (
+                'y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + node.attrs["eps"])',
+                'y = xf / (xf.pow(2).mean(-1, keepdim=True).sqrt() + node.attrs["eps"])',
+            )
+        ],
+        {"wrong"},
+        "test_rmsnorm_matches_hf",
+        "RMSNorm divides by sqrt(mean(x^2)) + eps: the same at unit scale, twice too large on rows of small spread",
+        mistake="small variance",
+    ),
+    "01_llama_ops.softmax_without_the_max": Variant(
+        "kiln_llm/cpu.py",
+        [
+            (
+                "    probs = torch.softmax(scores, dim=-1)  # (H, T, n)\n",
+                "    e = scores.exp()  # masked scores give exp(-inf) = 0\n"
+                "    probs = e / e.sum(-1, keepdim=True)  # (H, T, n)\n",
+            )
+        ],
+        {"wrong"},
+        "test_attention_scale_and_large_scores",
+        "the softmax exponentiates the raw scores: exp overflows float32 past 88 and the row becomes NaN",
+        mistake="large scores",
+    ),
+    "01_llama_ops.scores_rounded_to_the_dtype": Variant(
+        "kiln_llm/cpu.py",
+        [
+            (
+                'scores = scores.masked_fill(~causal, float("-inf"))',
+                'scores = scores.to(q.dtype).float().masked_fill(~causal, float("-inf"))  # scores kept in F',
+            )
+        ],
+        {"wrong"},
+        "test_attention_scale_and_large_scores",
+        "the scores are rounded to the model's dtype before the softmax: f16 and bf16 lose the weights' digits",
+        mistake="precision downgrade",
     ),
     # --- lab 5 task 05 (the LLaMA graph), graded on the CPU
     "05_llama_graph.rope_layout_fixed_half": Variant(
@@ -68,6 +127,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "test_prefill_matches_hf",
         "the graph always uses the half layout: a llama2.c (interleaved) checkpoint gets wrong positions",
+        mistake="rope layout",
     ),
     "05_llama_graph.no_attention_residual": Variant(
         "llama/model.py",
@@ -75,6 +135,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "test_prefill_matches_hf",
         "the attention block's residual is dropped",
+        mistake="missing residual",
     ),
     "05_llama_graph.pos_fed_zero": Variant(
         "llama/model.py",
@@ -82,6 +143,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "test_prefill_then_decode",
         "every run is fed pos 0: decode overwrites the first cache row and attends only to it",
+        mistake="position",
     ),
     "05_llama_graph.prefill_not_shared": Variant(
         "llama/model.py",
@@ -89,6 +151,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "test_prefill_then_decode",
         "the prefill executor has caches of its own: decode never sees the prompt",
+        mistake="caches not shared",
     ),
     "05_llama_graph.pos_not_advanced": Variant(
         "llama/model.py",
@@ -96,6 +159,38 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "test_prefill_matches_hf",
         "pos never advances after a run",
+        mistake="position",
+    ),
+    "05_llama_graph.caches_in_float32": Variant(
+        "llama/model.py",
+        [
+            (
+                'b.buffer(p + "k_cache", (max_seq, hkv, dh), config.dtype)',
+                'b.buffer(p + "k_cache", (max_seq, hkv, dh))',
+            ),
+            (
+                'b.buffer(p + "v_cache", (max_seq, hkv, dh), config.dtype)',
+                'b.buffer(p + "v_cache", (max_seq, hkv, dh))',
+            ),
+        ],
+        {"wrong"},
+        "test_half_precision_models",
+        "the KV caches are made without the model's dtype (kiln's default, f32): an f16 or bf16 model's"
+        " kv_update mixes dtypes",
+        mistake="model dtype",
+    ),
+    "05_llama_graph.logits_in_the_model_dtype": Variant(
+        "llama/model.py",
+        [
+            (
+                "            return (logits[-1] if last else logits).float()\n",
+                "            return logits[-1] if last else logits\n",
+            )
+        ],
+        {"wrong"},
+        "test_half_precision_models",
+        "the CPU path returns the graph's logits as they are: f16 or bf16 for a half-precision model, not float32",
+        mistake="model dtype",
     ),
     # --- lab 5 task 04 (the fusion pass), graded on the CPU
     "04_fusion.chain_swallows_a_shared_node": Variant(
@@ -109,6 +204,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "test_a_node_read_outside_the_chain_stays",
         "a chain takes a node that a reader outside the chain still needs",
+        mistake="shared node swallowed",
     ),
     "04_fusion.epilogue_drops_the_residual": Variant(
         "kiln_llm/fusion.py",
@@ -116,6 +212,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "test_fused_layer_computes_what_the_layer_does",
         "the residual add becomes the bare linear: x + linear(a, w) loses x",
+        mistake="epilogue operands",
     ),
     "04_fusion.output_swallowed": Variant(
         "kiln_llm/fusion.py",
@@ -128,6 +225,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "test_an_output_inside_a_chain_stays_an_output",
         "a graph output read inside a chain is swallowed by it",
+        mistake="output swallowed",
     ),
     "04_fusion.swiglu_gate_and_up_swapped": Variant(
         "kiln_llm/fusion.py",
@@ -135,6 +233,35 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "test_fused_layer_computes_what_the_layer_does",
         "linear_swiglu gets (x, w3, w1): silu applied to the up projection",
+        mistake="epilogue operands",
+    ),
+    "04_fusion.chain_ignores_the_input_limit": Variant(
+        "kiln_llm/fusion.py",
+        [
+            (
+                "        if len(grown) > limit:\n            continue\n        members.add(p)\n",
+                "        members.add(p)\n",
+            )
+        ],
+        {"wrong"},
+        "test_a_chain_past_the_input_limit_is_split",
+        "a chain grows over every fusible input, however many outside inputs it gathers: a chain over 33"
+        " inputs becomes a fused node the operator refuses",
+        mistake="input limit",
+    ),
+    "04_fusion.epilogue_takes_a_broadcast_residual": Variant(
+        "kiln_llm/fusion.py",
+        [
+            (
+                '                if lin.op == "linear" and only_for(lin, n) and r.type == lin.type:\n',
+                '                if lin.op == "linear" and only_for(lin, n):\n',
+            )
+        ],
+        {"wrong"},
+        "test_epilogues_need_their_nodes_alone",
+        "any add of a linear becomes linear_add, also one whose residual broadcasts (a bias of (N,)), which"
+        " linear_add does not do",
+        mistake="broadcast residual",
     ),
     # --- task 02 (the LLaMA kernels), on the GPU
     "02_llama_kernels.attention_ignores_pos": Variant(
@@ -155,6 +282,7 @@ VARIANTS: dict[str, Variant] = {
         "attention",
         "attention ignores pos and reads the whole cache as if it were full: the garbage rows past the prefix"
         " swamp every output",
+        mistake="reads past the prefix",
     ),
     "02_llama_kernels.gqa_modulo": Variant(
         "kiln_llm/kernels/llama.cu",
@@ -162,6 +290,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "attention",
         "query head h reads kv head h % Hkv instead of h / (H / Hkv): right for H == Hkv, wrong for every grouped case",
+        mistake="gqa heads",
     ),
     "02_llama_kernels.rope_layouts_swapped": Variant(
         "kiln_llm/kernels/llama.cu",
@@ -172,6 +301,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "rope",
         "layout 0 (half, Hugging Face) rotates interleaved pairs and layout 1 the halves",
+        mistake="rope layout",
     ),
     "02_llama_kernels.rmsnorm_no_tail": Variant(
         "kiln_llm/kernels/llama.cu",
@@ -189,6 +319,7 @@ VARIANTS: dict[str, Variant] = {
         "kiln_rmsnorm",
         "rmsnorm covers only whole blocks of the row: the tail past the last multiple of the block is neither"
         " summed nor written",
+        mistake="tail",
     ),
     "02_llama_kernels.kv_update_not_clipped": Variant(
         "kiln_llm/kernels/llama.cu",
@@ -201,6 +332,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong", "crash"},
         "kiln_kv_update",
         "kv_update writes every new row even where pos + t falls outside [0, S)",
+        mistake="rows outside the cache",
     ),
     "02_llama_kernels.rope_kv_at_row_t": Variant(
         "kiln_llm/kernels/llama.cu",
@@ -208,6 +340,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "kiln_rope_kv_update",
         "the rotated keys land in cache rows 0 .. T - 1 whatever pos is (their angles still use pos + t)",
+        mistake="cache write position",
     ),
     "02_llama_kernels.append_reads_the_cache": Variant(
         "kiln_llm/kernels/llama.cu",
@@ -215,6 +348,65 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "kiln_attention_append",
         "attention_append reads the step's rows back from the caches, which it never writes: k_new and v_new unused",
+        mistake="append reads the cache",
+    ),
+    "02_llama_kernels.attention_ignores_scale": Variant(
+        "kiln_llm/kernels/llama.cu",
+        [
+            (
+                "            for (int e = 0; e < V; ++e) qv[t][e] *= scale_log2;\n",
+                "            for (int e = 0; e < V; ++e) qv[t][e] *= rsqrtf(static_cast<float>(DH)) * LOG2E;\n",
+            ),
+            (
+                "        s_q[r][d] = qd * scale_log2;\n",
+                "        s_q[r][d] = qd * (rsqrtf(static_cast<float>(DH)) * LOG2E);  // 1/sqrt(d)\n",
+            ),
+        ],
+        {"wrong"},
+        "scale=0.05",
+        "both attention paths scale the scores by 1 / sqrt(Dh), LLaMA's value, instead of the scale they are given",
+        mistake="attribute at its LLaMA value",
+    ),
+    "02_llama_kernels.rmsnorm_eps_outside_the_root": Variant(
+        "kiln_llm/kernels/llama.cu",
+        [
+            (
+                "    const float r = rsqrtf(block_sum(sum) / static_cast<float>(d) + eps);\n",
+                "    const float r = 1.0f / (sqrtf(block_sum(sum) / static_cast<float>(d)) + eps);\n",
+            )
+        ],
+        {"wrong"},
+        "rmsnorm",
+        "RMSNorm divides by sqrt(mean(x^2)) + eps: right at unit scale, twice too large on a row of small spread",
+        mistake="small variance",
+    ),
+    "02_llama_kernels.prefill_without_the_max": Variant(
+        "kiln_llm/kernels/llama.cu",
+        [
+            (
+                "            const float mn = fmaxf(m[r], warp_max(sv));\n",
+                "            const float mn = 0.0f;  // no running maximum: exp2 of the raw scores\n",
+            )
+        ],
+        {"wrong"},
+        "scores near 110",
+        "the prefill kernel's online softmax never subtracts a maximum: exp2 of scores past 128 (88 in e) is inf"
+        " and the row NaN",
+        mistake="large scores",
+    ),
+    "02_llama_kernels.prefill_scores_in_the_dtype": Variant(
+        "kiln_llm/kernels/llama.cu",
+        [
+            (
+                "            const float sv = ok ? s[r] : -INFINITY;\n",
+                "            const float sv = ok ? to_f(from_f<T>(s[r])) : -INFINITY;  // the score held in T\n",
+            )
+        ],
+        {"wrong"},
+        "scores near 110",
+        "the prefill kernel rounds each score to the model's dtype before the softmax: f16 and bf16 scores near"
+        " 100 lose the weights' digits",
+        mistake="precision downgrade",
     ),
     # --- task 03 (the linear kernels), on the GPU
     "03_linear.gemv_k_tail_ignored": Variant(
@@ -223,6 +415,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "kiln_linear_f32",
         "the GEMV reads only whole pipeline stages of k: at k = 1 every sum is 0, and k = 1000 loses its tail",
+        mistake="k tail",
     ),
     "03_linear.gemm_k_tail_ignored": Variant(
         "kiln_llm/kernels/linear.cu",
@@ -235,6 +428,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "kiln_linear_f16",
         "the tensor-core GEMM drops the last k % 32 products",
+        mistake="k tail",
     ),
     "03_linear.epilogue_add_skipped": Variant(
         "kiln_llm/kernels/linear.cu",
@@ -248,6 +442,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "add",
         "the decode GEMV never adds the residual: epilogue 1 returns x @ w.T",
+        mistake="epilogue",
     ),
     "03_linear.swiglu_reads_w_twice": Variant(
         "kiln_llm/kernels/linear.cu",
@@ -264,6 +459,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "swiglu",
         "swiglu multiplies silu(x @ w.T) by x @ w.T instead of x @ w3.T",
+        mistake="epilogue",
     ),
     "03_linear.gemv_last_rows_unwritten": Variant(
         "kiln_llm/kernels/linear.cu",
@@ -276,6 +472,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "kiln_linear_f32",
         "the GEMV launches n / rows_per_block blocks: the last rows stay unwritten when n is not a multiple",
+        mistake="last rows",
     ),
     "03_linear.stack_read_as_one_matrix": Variant(
         "kiln_llm/kernels/linear.cu",
@@ -289,6 +486,7 @@ VARIANTS: dict[str, Variant] = {
         "kiln_rmsnorm_linear_qkv",
         "the GEMV finds row r of w at w.w + r * k: right for one matrix, but the stacked q, k and v weights"
         " are three, and the rows past wq's are read from whatever memory follows it",
+        mistake="stacked weights",
     ),
     "03_linear.norm_sum_of_one_lane": Variant(
         "kiln_llm/kernels/linear.cu",
@@ -303,6 +501,20 @@ VARIANTS: dict[str, Variant] = {
         "kiln_rmsnorm_linear",
         "the RMSNorm prologue scales each lane's share of the sums by the norm of that lane's packets of x"
         " alone: the sum of squares is never reduced over the warp",
+        mistake="warp reduction",
+    ),
+    "03_linear.prologue_eps_hard_coded": Variant(
+        "kiln_llm/kernels/linear.cu",
+        [
+            (
+                "            const float r = rsqrtf(ss[i] / static_cast<float>(k) + eps);\n",
+                "            const float r = rsqrtf(ss[i] / static_cast<float>(k) + 1e-5f);  // LLaMA's eps\n",
+            )
+        ],
+        {"wrong"},
+        "eps 0.001",
+        "the RMSNorm prologue adds LLaMA's eps 1e-5 whatever eps it is given",
+        mistake="attribute at its LLaMA value",
     ),
     # --- task 06 (generation), on the CPU
     "06_generate.top_p_in_vocabulary_order": Variant(
@@ -317,6 +529,7 @@ VARIANTS: dict[str, Variant] = {
         "test_top_p_keeps_exactly_the_nucleus",
         "top-p accumulates mass in vocabulary order, not by probability: it keeps unlikely tokens past the"
         " nucleus and drops likely ones",
+        mistake="top-p order",
     ),
     "06_generate.sampling_ignores_the_seed": Variant(
         "llama/generate.py",
@@ -329,8 +542,76 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "test_same_seed_same_tokens_other_seed_differs",
         "draws with torch's global generator: the same seed gives other text once anything else used it",
+        mistake="global generator",
+    ),
+    "06_generate.top_p_keeps_one_past_the_boundary": Variant(
+        "llama/generate.py",
+        [
+            (
+                "before = torch.cumsum(sorted_p, dim=0) - sorted_p\n        kept = torch.where(before < self.top_p,",
+                "before = torch.cumsum(sorted_p, dim=0) - sorted_p\n        kept = torch.where(before <= self.top_p,",
+            )
+        ],
+        {"wrong"},
+        "test_top_p_exact_boundaries",
+        "top-p keeps a token whose preceding mass equals top_p exactly: one token more than the nucleus when a"
+        " prefix reaches top_p on the dot",
+        mistake="top-p boundary",
+    ),
+    "06_generate.end_token_zero_never_stops": Variant(
+        "llama/generate.py",
+        [("        if eos_id is not None and token == eos_id:\n", "        if eos_id and token == eos_id:\n")],
+        {"wrong"},
+        "test_decode_loop_end_token_zero",
+        "the end test reads eos_id's truth: a tokenizer whose end token is id 0 never stops",
+        mistake="end token 0",
+    ),
+    "06_generate.on_token_after_the_loop": Variant(
+        "llama/generate.py",
+        [
+            ("        if on_token is not None:\n            on_token(token)\n", ""),
+            (
+                '    return out\n    # ~ raise NotImplementedError("lab5/06: decode_loop")',
+                "    if on_token is not None:  # the tokens streamed once they are all known\n"
+                "        for t in out.tokens:\n            on_token(t)\n"
+                '    return out\n    # ~ raise NotImplementedError("lab5/06: decode_loop")',
+            ),
+        ],
+        {"wrong"},
+        "test_on_token_fires_as_each_token_is_chosen",
+        "on_token gets every token, but only after the loop: nothing is streamed while the model generates",
+        mistake="late streaming",
+    ),
+    "06_generate.softmax_in_the_logits_dtype": Variant(
+        "llama/generate.py",
+        [
+            (
+                'logits = logits.detach().to("cpu", torch.float32).reshape(-1)  # (V,)',
+                'logits = logits.detach().to("cpu").reshape(-1)  # (V,)',
+            )
+        ],
+        {"wrong"},
+        "test_half_precision_logits",
+        "the distribution is computed in the logits' dtype: f16 or bf16 probabilities, not float32",
+        mistake="half logits",
+    ),
+    "05_llama_graph.gpu_decode_never_advances_pos": Variant(
+        "llama/model.py",
+        [
+            (
+                "            row = self.step.replay(executor.stream, tokens[0], self.pos)\n            self.pos += 1\n",
+                "            row = self.step.replay(executor.stream, tokens[0], self.pos)\n",
+            )
+        ],
+        {"wrong"},
+        "test_gpu_steps_match_the_cpu",
+        "the GPU decode step (the captured step graphs) never advances pos: every step writes and attends at the"
+        " same cache row; the CPU path is right",
+        mistake="gpu decode position",
+        gpu=True,  # only the task's GPU checks run the captured decode step
     ),
 }
+
 
 # one grading run per batch; a batch holds each task at most once
 BATCHES = [
@@ -356,6 +637,7 @@ BATCHES = [
         "04_fusion.output_swallowed",
         "02_llama_kernels.rope_layouts_swapped",
         "03_linear.epilogue_add_skipped",
+        "06_generate.top_p_keeps_one_past_the_boundary",
     ],
     [
         "01_llama_ops.rmsnorm_weight_before_rounding",
@@ -363,15 +645,39 @@ BATCHES = [
         "04_fusion.swiglu_gate_and_up_swapped",
         "02_llama_kernels.rmsnorm_no_tail",
         "03_linear.swiglu_reads_w_twice",
+        "06_generate.end_token_zero_never_stops",
     ],
     [
         "01_llama_ops.rope_ignores_pos",
         "05_llama_graph.pos_not_advanced",
+        "04_fusion.chain_ignores_the_input_limit",
         "02_llama_kernels.kv_update_not_clipped",
         "03_linear.gemv_last_rows_unwritten",
+        "06_generate.on_token_after_the_loop",
     ],
-    ["01_llama_ops.kv_update_at_zero", "02_llama_kernels.rope_kv_at_row_t", "03_linear.norm_sum_of_one_lane"],
-    ["02_llama_kernels.append_reads_the_cache", "03_linear.stack_read_as_one_matrix"],
+    [
+        "01_llama_ops.kv_update_at_zero",
+        "05_llama_graph.caches_in_float32",
+        "04_fusion.epilogue_takes_a_broadcast_residual",
+        "02_llama_kernels.rope_kv_at_row_t",
+        "03_linear.norm_sum_of_one_lane",
+        "06_generate.softmax_in_the_logits_dtype",
+    ],
+    [
+        "01_llama_ops.attention_ignores_scale",
+        "05_llama_graph.logits_in_the_model_dtype",
+        "02_llama_kernels.append_reads_the_cache",
+        "03_linear.stack_read_as_one_matrix",
+    ],
+    [
+        "01_llama_ops.rmsnorm_eps_outside_the_root",
+        "02_llama_kernels.attention_ignores_scale",
+        "03_linear.prologue_eps_hard_coded",
+    ],
+    ["01_llama_ops.softmax_without_the_max", "02_llama_kernels.rmsnorm_eps_outside_the_root"],
+    ["01_llama_ops.scores_rounded_to_the_dtype", "02_llama_kernels.prefill_without_the_max"],
+    ["02_llama_kernels.prefill_scores_in_the_dtype"],
+    ["05_llama_graph.gpu_decode_never_advances_pos"],
 ]
 SANITIZED: list[str] = []
 AT_BUILD: list[str] = []

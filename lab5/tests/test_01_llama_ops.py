@@ -10,6 +10,14 @@ that reads one of those rows is off by thousands. RoPE runs in both layouts with
 three bases, at positions up to 1000. kv_update writes at the run-time position into a buffer that
 keeps earlier writes, and refuses rows past the cache; embedding refuses a token outside [0, V).
 
+Attributes and magnitudes off LLaMA's usual values. RMSNorm also runs at eps 1e-6 and 0.1 on rows
+of small spread (x of size 1e-3, so mean(x^2) is below eps): a hard-coded eps, or eps added after
+the square root (x / (sqrt(mean) + eps)), is off by a factor of two or more there. Attention also
+runs at scales 0.9 and 0.05 (not 1 / sqrt(Dh): a kernel that ignores its `scale` is caught), and on
+queries and keys with a common offset that puts every score above 100 (exp of a score past 88
+overflows float32: a softmax without the maximum subtracted gives NaN), where the scores must also
+stay in float32 (rounded to f16 they move by 0.06, to bf16 by 0.5, and the weights by percents).
+
 Tolerances. The contract computes in fp32 and rounds once to the dtype, so the reference is Hugging
 Face's (or the formula's) result computed in fp32 from the same inputs and cast once: f32 within
 rtol 1e-5 (a different summation order costs a few ulps of fp32), f16 and bf16 within one unit in
@@ -38,6 +46,24 @@ TASK = PythonTask(
     sources=["kiln_llm/cpu.py"],
     packages=["kiln_llm", "../lab4/kiln"],
     builds_on=["../lab4/kiln/cpu.py", "../lab4/kiln/planner.py"],
+    mistakes={
+        "rope layout": "test_rope_both_layouts: both layouts against HF's rotate_half and Meta's complex RoPE",
+        "gqa heads": "test_attention_matches_hf: 2 and 4 query heads per kv head, against HF's repeat_kv",
+        "reads past the prefix": "test_attention_matches_hf: cache rows past pos + T - 1 hold 1e4",
+        "rounding order": "test_rmsnorm_matches_hf: at most 1% of bf16 elements may differ from LlamaRMSNorm, by"
+        " one ulp",
+        "position ignored": "test_rope_both_layouts and test_rope_reads_pos_at_run_time: positions up to 1000, "
+        "pos changed between runs of one graph",
+        "cache write position": "test_kv_update_at_pos: writes at pos 0, 4, 5 and 1 into one buffer",
+        "attribute at its LLaMA value": "test_attention_scale_and_large_scores (scale 0.9 and 0.05) and "
+        "test_rmsnorm_matches_hf (eps 1e-6 and 0.1 on rows of small spread)",
+        "small variance": "test_rmsnorm_matches_hf: rows of size 1e-3, where eps outside the square root "
+        "changes the result by a factor of two",
+        "large scores": "test_attention_scale_and_large_scores: every score above 100, where exp overflows "
+        "float32 unless the row's maximum is subtracted",
+        "precision downgrade": "test_attention_scale_and_large_scores: scores near 100 rounded to f16 or bf16 "
+        "move the weights by percents",
+    },
 )
 
 FLOATS = [torch.float32, torch.float16, torch.bfloat16]
@@ -77,11 +103,11 @@ def run_op(op, tensors, **attrs):
     return out
 
 
-def check(got, want, tol=None):
+def check(got, want, tol=None, what=""):
     assert isinstance(got, torch.Tensor), f"expected a torch tensor, got {type(got).__name__}"
     assert got.dtype == want.dtype, f"dtype {got.dtype}, expected {want.dtype}"
     assert tuple(got.shape) == tuple(want.shape), f"shape {list(got.shape)}, expected {list(want.shape)}"
-    torch.testing.assert_close(got, want, **(tol or TOL[want.dtype]))
+    torch.testing.assert_close(got, want, **(tol or TOL[want.dtype]), msg=lambda m: f"{what}: {m}" if what else m)
 
 
 # --- embedding ----------------------------------------------------------------------------------
@@ -114,16 +140,26 @@ def test_embedding_refuses_out_of_range():
 def test_rmsnorm_matches_hf():
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-    for k, (shape, eps) in enumerate([((4, 64), 1e-5), ((1, 96), 1e-6), ((3, 5, 32), 1e-5), ((200, 128), 1e-6)]):
+    # (shape, eps, size of x): unit-scale rows, then rows whose mean square is below eps (1e-6) or
+    # near it (0.1 on x of 0.3): there eps decides the result, where it sits and what value it has
+    cases = [
+        ((6, 48), 1e-6, 1e-3),
+        ((2, 40), 0.1, 0.3),
+        ((4, 64), 1e-5, 3.0),
+        ((1, 96), 1e-6, 3.0),
+        ((3, 5, 32), 1e-5, 3.0),
+        ((200, 128), 1e-6, 3.0),
+    ]
+    for k, (shape, eps, size) in enumerate(cases):
         for dtype in FLOATS:
-            x = rand(shape, dtype, k) * 3
+            x = (rand(shape, torch.float32, k) * size).to(dtype)
             w = (1 + 0.5 * rand(shape[-1:], torch.float32, 100 + k)).to(dtype)
             hf = LlamaRMSNorm(shape[-1], eps=eps).to(dtype)
             with torch.no_grad():
                 hf.weight.copy_(w)
                 want = hf(x)
             got = run_op("rmsnorm", [x, w], eps=eps)
-            check(got, want)
+            check(got, want, what=f"{dtype} x of size {size:g}, eps={eps:g}")
             if dtype != torch.float32:
                 # one ulp at most, and rarely: the rounding to F comes before the weight (HF's order)
                 differ = (got != want).float().mean().item()
@@ -310,10 +346,43 @@ def test_attention_reads_pos_at_run_time():
 
     q = rand((2, 4, 16), torch.float32, 1)
     kc, vc = rand((12, 2, 16), torch.float32, 2), rand((12, 2, 16), torch.float32, 3)
-    graph, feed = graph_of("attention", [q, kc, vc, i64(0)], scale=0.25)
+    graph, feed = graph_of("attention", [q, kc, vc, i64(0)], scale=0.4)  # not 1 / sqrt(16)
     ex = CPUExecutor(graph)
     for pos in (0, 3, 10):
-        check(ex.run({**feed, "x3": i64(pos)})[0], hf_attention(q, kc, vc, pos, 0.25))
+        check(ex.run({**feed, "x3": i64(pos)})[0], hf_attention(q, kc, vc, pos, 0.4))
+
+
+@pytest.mark.points(2)
+def test_attention_scale_and_large_scores():
+    """Scales that are not 1 / sqrt(Dh), and scores far past exp's float32 range."""
+    t, pos, s, h, hkv, dh = 3, 4, 12, 4, 2, 16
+    for k, (scale, big) in enumerate([(0.9, False), (0.05, False), (dh**-0.5, True), (0.05, True)]):
+        for dtype in FLOATS:
+            q = rand((t, h, dh), torch.float32, 70 + k)
+            kc = rand((s, hkv, dh), torch.float32, 80 + k)
+            vc = rand((s, hkv, dh), torch.float32, 90 + k)
+            tol = TOL[dtype]
+            if big:
+                # a common offset c in q and k: every score is about scale * Dh * c^2 = 140, spread
+                # by a few units; the values sit near 1, so that the fp32 rounding of scores of 100
+                # (a few 1e-5, either order of the sums) moves the output by less than 1e-5
+                c = (140 / (scale * dh)) ** 0.5
+                q, kc = q + c, kc + c
+                vc = 1 + 0.25 * vc
+                tol = {"rtol": 1e-4, "atol": 1e-4} if dtype == torch.float32 else tol
+            kc[pos + t :], vc[pos + t :] = GARBAGE, GARBAGE
+            q, kc, vc = q.to(dtype), kc.to(dtype), vc.to(dtype)
+            if big:
+                scores = torch.einsum("thd,shd->hts", q.float(), kc[: pos + t].float().repeat_interleave(2, 1))
+                assert float(scores.min()) * scale > 88, "the test's scores must all pass exp's float32 range"
+            want = hf_attention(q, kc, vc, pos, scale).to(dtype)
+            got = run_op("attention", [q, kc, vc, i64(pos)], scale=scale)
+            what = f"{dtype} scale={scale:.3g}" + (", every score above 100" if big else "")
+            assert isinstance(got, torch.Tensor) and got.dtype == dtype, f"{what}: expected a {dtype} tensor"
+            assert not got.isnan().any(), (
+                f"{what}: NaN in the output: exp of a score past 88 overflows float32 (subtract the row's maximum)"
+            )
+            torch.testing.assert_close(got, want, **tol, msg=lambda m, what=what: f"{what}: {m}")
 
 
 def test_llama_ops(grade):

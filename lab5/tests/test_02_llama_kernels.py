@@ -9,7 +9,10 @@ float32 draw:
   rows must be zeros;
 - rmsnorm: T rows of D, D from 1 to 4100: 1, 100 and 4100 are not multiples of the 8 halves of a
   16-byte vector (4100 is of 4 floats), 1000 is not a multiple of the block; the weight is 1 plus
-  noise and one row is scaled by 100 (the normalization must divide it out);
+  noise, one row is scaled by 100 (the normalization must divide it out) and another by 1e-3, whose
+  mean square (1e-6) is below eps: there eps added after the square root, or an eps of its own
+  instead of the argument's, is off by a factor of two or more; eps is 1e-5, and 1e-3 and 1e-6 in
+  the two cases that say so;
 - rope: q (T, H, Dh) at positions pos .. pos + T - 1 (pos up to 4000: the angles are large) with
   the inverse frequencies of base 10000, in the case's layout (both layouts are among the cases);
 - kv_update: T new rows written at kv_pos into a cache of S rows; in one case kv_pos + T passes
@@ -18,7 +21,17 @@ float32 draw:
   with 4 times the spread of the real ones and values of 1000, so a kernel that reads one of them
   (or ignores pos) is far off. Decode cases (T <= 4) and prefill cases (T >= 5) with pos 0 and
   pos > 0; grouped heads H / Hkv = 2, 3, 4 and 1 (Hkv > 1 in most, so head h % Hkv is wrong);
-  Dh 64 and 128; a 7B-shaped decode step at pos 4000 of 4096 and a 512-token prefill.
+  Dh 64 and 128; a 7B-shaped decode step at pos 4000 of 4096 and a 512-token prefill. The scale is
+  1 / sqrt(Dh) but in two cases (0.05 and 0.2: a kernel that scales by 1 / sqrt(Dh) whatever it is
+  given is caught), and in those two (a decode and a prefill) q and k share an offset that puts
+  every score near 110, past exp's float32 range (88): a softmax without the running maximum
+  overflows, and scores rounded to f16 (by up to 0.03) or bf16 (0.25) move the weights by percents.
+  Their values lie near 1 (1 + 0.25 noise): a float32 kernel's own rounding of scores that large
+  (about 1e-5 of them, whatever the order of its sums) then stays inside the tolerance.
+
+  Head dims: the kernels' contract (llm_kernels.h) takes Dh 32, 64 and 128 only, and every one of
+  them is among the cases; the loader accepts other even head dims (8, 16, 48, 80, ...), which the
+  kernels refuse with cudaErrorInvalidValue (issue 23 extends them).
 
 The references are torch in float32, rounded once to the dtype (RMSNorm: twice, as Hugging Face's
 LlamaRMSNorm does: x * rsqrt(mean(x^2) + eps) rounded, times w, rounded).
@@ -72,7 +85,24 @@ EXACT = {d: (0.0, 0.0) for d in DTYPES}
 
 # a case's model shape and step, in this order (a tuple: Case.size multiplies only int parameters,
 # so the one int of a case is `elements`, the size of its largest tensor)
-FIELDS = ("t", "pos", "s", "h", "hkv", "dh", "d", "v", "layout", "kv_shift", "bad_tokens", "rows")
+FIELDS = (
+    "t",
+    "pos",
+    "s",
+    "h",
+    "hkv",
+    "dh",
+    "d",
+    "v",
+    "layout",
+    "kv_shift",
+    "bad_tokens",
+    "rows",
+    "scale",
+    "eps",
+    "big",
+)
+BIG_SCORE = 110.0  # about every score of a `big` case: past 88, where exp(score) overflows float32
 
 
 def case(
@@ -91,11 +121,15 @@ def case(
     bad_tokens: bool = False,
     rows: int = 0,
     huge: bool = False,
+    scale: float = 0.0,
+    eps: float = EPS,
+    big: bool = False,
 ) -> Case:
     """kv_shift moves kv_update's position off pos: S - T + 1 (kv_shift=1) or -1 (kv_shift=-1).
-    rows: the rows of embedding and rmsnorm when they differ from T (the case past 2^31)."""
+    rows: the rows of embedding and rmsnorm when they differ from T (the case past 2^31).
+    scale: attention's (0: 1 / sqrt(Dh)); big: scores near BIG_SCORE, values near 1."""
     rows = rows or t
-    cfg = (t, pos, s, h, hkv, dh, d, v, layout, kv_shift, int(bad_tokens), rows)
+    cfg = (t, pos, s, h, hkv, dh, d, v, layout, kv_shift, int(bad_tokens), rows, scale or dh**-0.5, eps, int(big))
     elements = max(rows * d, s * hkv * dh, t * h * dh, v * d)
     return Case(label, small=elements <= 1 << 16, huge=huge, cfg=cfg, elements=elements)
 
@@ -117,6 +151,34 @@ CASES = [
     case("prefill T=70 pos=33 H6/2 dh128 D1000", t=70, pos=33, s=200, h=6, hkv=2, dh=128, d=1000),
     case("prefill T=100 pos=0 H4/4 dh64 D100 interleaved", t=100, pos=0, s=128, h=4, hkv=4, dh=64, d=100, layout=1),
     case("prefill T=33 pos=90 H8/2 dh64 D4096", t=33, pos=90, s=130, h=8, hkv=2, dh=64, d=4096, v=1000),
+    # attributes off LLaMA's values, and scores past exp's float32 range
+    case(
+        "decode T=2 pos=50 H4/2 dh64 D256 scale=0.05 eps=1e-3, scores near 110",
+        t=2,
+        pos=50,
+        s=64,
+        h=4,
+        hkv=2,
+        dh=64,
+        d=256,
+        scale=0.05,
+        eps=1e-3,
+        big=True,
+    ),
+    case(
+        "prefill T=40 pos=6 H4/2 dh128 D512 interleaved scale=0.2 eps=1e-6, scores near 110",
+        t=40,
+        pos=6,
+        s=64,
+        h=4,
+        hkv=2,
+        dh=128,
+        d=512,
+        layout=1,
+        scale=0.2,
+        eps=1e-6,
+        big=True,
+    ),
     # model-sized: a 7B-shaped decode step late in the context, and a long prefill
     case("7B decode T=1 pos=4000 H32/8 dh128 D4096", t=1, pos=4000, s=4096, h=32, hkv=8, dh=128, d=4096, v=32000),
     case(
@@ -189,10 +251,17 @@ def make_inputs(p, rng):
             tokens[(2 * i) % rows] = bad
     x = rng.randn(rows, d)
     x[rows // 2] *= 100.0  # a row far from unit scale: the normalization must divide it out
+    if rows > 1:
+        x[(rows // 2 + 1) % rows] *= 1e-3  # a row of small spread: mean(x^2) below eps, where eps decides
     w = 1.0 + 0.1 * rng.randn(d)
     q = rng.randn(t, h, dh)
     k = rng.randn(s, hkv, dh)
     vv = rng.randn(s, hkv, dh)
+    if c["big"]:  # an offset shared by q and k: every score about BIG_SCORE, spread by a few units
+        offset = (BIG_SCORE / (c["scale"] * dh)) ** 0.5
+        q += offset
+        k[: pos + t] += offset
+        vv[: pos + t] = 1.0 + 0.25 * vv[: pos + t]
     k[pos + t :] = GARBAGE_K * rng.randn(s - pos - t, hkv, dh)  # never read: the prefix ends at pos + t
     vv[pos + t :] = GARBAGE_V
     kv_pos = {0: pos, 1: s - t + 1, -1: -1}[c["kv_shift"]]
@@ -205,14 +274,14 @@ def make_inputs(p, rng):
         "rows": rows,
         "vocab": v,
         "d": d,
-        "eps": EPS,
+        "eps": c["eps"],
         "heads": h,
         "kv_heads": hkv,
         "dh": dh,
         "cache_rows": s,
         "row_elems": hkv * dh,
         "layout": c["layout"],
-        "scale": dh**-0.5,
+        "scale": c["scale"],
         "stream": rng.stream(),
     }
     table = rng.randn(v, d)
@@ -529,6 +598,22 @@ TASK = CudaTask(
     checks=[replays_in_a_cuda_graph, appends_in_the_attention],
     timeout=300,
     rules=[NO_LIBRARIES],
+    mistakes={
+        "reads past the prefix": "attention: cache rows at and past pos + T hold keys of 4x the spread and values"
+        " of 1000",
+        "gqa heads": "attention: H / Hkv = 2, 3, 4 with Hkv > 1, where kv head h % Hkv is another head",
+        "rope layout": "rope: both layouts among the cases, against the reference of each",
+        "tail": "rmsnorm: D of 1, 100, 1000 and 4100, not multiples of a vector or of the block",
+        "rows outside the cache": "kv_update: kv_pos + T one past the cache, and kv_pos = -1",
+        "cache write position": "rope_kv_update: rows written at kv_pos + t, checked against the whole cache",
+        "append reads the cache": "appends_in_the_attention: the rows at pos .. pos + T - 1 hold garbage before"
+        " the call",
+        "attribute at its LLaMA value": "attention: scale 0.05 and 0.2 (not 1 / sqrt(Dh)); rmsnorm: eps 1e-3 and"
+        " 1e-6 on a row of small spread",
+        "small variance": "rmsnorm: a row of size 1e-3 in every case of more than one row, mean(x^2) below eps",
+        "large scores": "attention: the two cases with scores near 110, past exp's float32 range",
+        "precision downgrade": "attention: scores near 110 rounded to f16 or bf16 move the weights by percents",
+    },
 )
 
 

@@ -5,6 +5,10 @@ chain becomes one `fused` node; a diamond (a node read twice, both times inside 
 node also read by a matmul, or by a pointwise node that cannot join the chain, stays a tensor of
 its own (in a `fused` node of its own); a graph output in the middle of a chain stays an output;
 an i64 add is left alone. With chains=False every pointwise node is a `fused` node of its own.
+A chain over exactly codegen.MAX_INPUTS distinct inputs, most read twice, is one node (inputs count
+once, however often read); chains over MAX_INPUTS + 1 and + 9 are split into nodes of at most
+MAX_INPUTS inputs that compute the same (a pass that ignores the limit makes a node the `fused`
+operator refuses).
 The LLaMA layer's pointwise nodes become epilogues, `linear_add` twice (each operand order) and
 `linear_swiglu` once (each order), and a pattern whose linear, silu or product is read elsewhere,
 whose two linears read different x or whose residual broadcasts is not fused. `fuse` must not
@@ -71,6 +75,16 @@ TASK = PythonTask(
         "../lab4/kiln/kernels/layout.cu",
         "kiln_llm/cpu.py",
     ],
+    mistakes={
+        "shared node swallowed": "test_a_node_read_outside_the_chain_stays: a node also read by a matmul, and "
+        "one read by two chains",
+        "epilogue operands": "test_fused_layer_computes_what_the_layer_does: the LLaMA layer, both operand "
+        "orders, against the unfused graph on the CPU",
+        "output swallowed": "test_an_output_inside_a_chain_stays_an_output",
+        "input limit": "test_a_chain_past_the_input_limit_is_split: chains over MAX_INPUTS distinct inputs "
+        "(one node) and past it (split)",
+        "broadcast residual": "test_epilogues_need_their_nodes_alone: a residual (N,) added to a linear's (M, N)",
+    },
 )
 
 FLOATS = [torch.float32, torch.float16, torch.bfloat16]
@@ -149,6 +163,44 @@ def test_a_chain_becomes_one_fused_node():
 
     out = fuse(chain(20))
     assert ops_of(out) == {"fused": 1}, f"lab 4's 20-node chain: {dict(ops_of(out))}, expected one fused node"
+
+
+def sum_chain(n_inputs: int, twice: bool = False):
+    """x0 + x1 + ... + x{n-1}, a left-deep chain of adds, then (twice) + x1 + ... + x{n-1} again."""
+    b = builder("sums")
+    xs = [b.input(f"x{i}", (3, 4)) for i in range(n_inputs)]
+    acc = xs[0]
+    for i in [*range(1, n_inputs), *(range(1, n_inputs) if twice else ())]:
+        acc = acc + xs[i]
+    b.output(acc.relu())
+    return b.graph, {f"x{i}": rand((3, 4), seed=i) for i in range(n_inputs)}
+
+
+@pytest.mark.points(2)
+def test_a_chain_past_the_input_limit_is_split():
+    from kiln_llm.codegen import MAX_INPUTS
+
+    # exactly the limit of distinct inputs, most read twice: one group (an input counts once, however
+    # often read)
+    graph, _ = sum_chain(MAX_INPUTS, twice=True)
+    out = fuse(graph)
+    assert ops_of(out) == {"fused": 1}, (
+        f"a chain over {MAX_INPUTS} distinct inputs (codegen.MAX_INPUTS), most read twice: {dict(ops_of(out))},"
+        " expected one fused node"
+    )
+    assert len(out.of_op("fused")[0].inputs) == MAX_INPUTS
+    # past the limit: groups of at most MAX_INPUTS inputs that together compute the chain
+    for n in (MAX_INPUTS + 1, MAX_INPUTS + 9):
+        graph, inputs = sum_chain(n)
+        out = fuse(graph)
+        counts = ops_of(out)
+        assert set(counts) == {"fused"} and counts["fused"] >= 2, (
+            f"a chain over {n} distinct inputs: {dict(counts)}; a fused node takes at most {MAX_INPUTS} inputs"
+            " (codegen.MAX_INPUTS), so the chain must be split into several"
+        )
+        for node in out.of_op("fused"):
+            assert len(node.inputs) <= MAX_INPUTS, f"%{node.name} reads {len(node.inputs)} inputs"
+        torch.testing.assert_close(run_cpu(out, inputs)[0], run_cpu(graph, inputs)[0], rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.points(2)

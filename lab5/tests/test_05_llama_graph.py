@@ -18,7 +18,22 @@ differs is only the order of the sums inside matmuls and attention, a few fp32 u
 logits of size ~1-10, so about 1e-5. A wrong head grouping, RoPE layout or position, a missing
 residual or norm changes logits by O(0.1-1).
 
-Each model is tiny (2 layers, dim 32, vocab 64): the whole file runs in about a second or two.
+Half precision (f16 and bf16, on the CPU executor): the same checkpoint loaded in the dtype. The
+graph's caches and logits are of that dtype (inv_freq stays f32), and prefill and decode return
+float32 logits on the CPU, close to Hugging Face's float32 forward on the same rounded weights:
+within 0.01 + 0.5% of the largest logit in f16 and 0.05 + 2% in bf16 (the activations round at every
+step: the reference solution is off by 0.003 and 0.025 on logits up to 3; a wrong position or layout
+by whole units). Caches made without the model's dtype, or logits returned in it,
+fail here: every float32 model above hides both.
+
+On a GPU (marked `gpu`: left out, not failed, where there is none), on your kernels (tasks 02, 03),
+fusion pass (04) and lab 4's executor, with a model of head_dim 32 (dim 128: the kernels take head
+dims 32, 64 and 128): a prompt prefilled, decoded token by token (the decode step's
+CUDA graphs), then a second chunk prefilled, and a reset: every step's logits against the CPU
+executor's, pos after each; and an f16 model's float32 logits. A GPU decode that never advances
+pos, or that reads it stale, is caught here.
+
+Each model is tiny (2 layers, dim 32, vocab 64): the whole file runs in a few seconds.
 """
 
 from __future__ import annotations
@@ -36,7 +51,31 @@ TASK = PythonTask(
     title="the LLaMA graph",
     sources=["llama/model.py"],
     packages=["llama", "kiln_llm", "../lab4/kiln"],
-    builds_on=["kiln_llm/cpu.py", "../lab4/kiln/cpu.py", "../lab4/kiln/planner.py"],
+    builds_on=[
+        "kiln_llm/cpu.py",
+        "../lab4/kiln/cpu.py",
+        "../lab4/kiln/planner.py",
+        # the GPU checks run the model on the kernels, the fusion pass and lab 4's CUDA executor
+        "kiln_llm/kernels/llama.cu",
+        "kiln_llm/kernels/linear.cu",
+        "kiln_llm/fusion.py",
+        "../lab4/kiln/cuda.py",
+        "../lab4/kiln/capture.py",
+        "../lab4/kiln/kernels/pointwise.cu",
+        "../lab4/kiln/kernels/matmul.cu",
+        "../lab4/kiln/kernels/layout.cu",
+    ],
+    timeout=300,  # on a GPU the first run builds the kernels (as task 06's)
+    mistakes={
+        "rope layout": "test_prefill_matches_hf[interleaved]: a llama2.c-ordered checkpoint",
+        "missing residual": "test_prefill_matches_hf: logits against Hugging Face's forward",
+        "position": "test_prefill_then_decode and test_prefill_matches_hf: pos fed and advanced at every run",
+        "caches not shared": "test_prefill_then_decode: decode after a prefill must see the prompt's rows",
+        "model dtype": "test_half_precision_models: f16 and bf16 checkpoints on the CPU, caches of the "
+        "model's dtype and float32 logits",
+        "gpu decode position": "test_gpu_steps_match_the_cpu (GPU): the captured decode step must advance pos, "
+        "its logits step by step against the CPU executor's",
+    },
 )
 
 TOL = {"rtol": 1e-4, "atol": 1e-4}
@@ -50,14 +89,18 @@ CONFIGS = {
     "theta": (4, 1, False, 500000.0, "half"),
     "interleaved": (4, 2, True, 10000.0, "interleaved"),
 }
+# the GPU checks' model: head_dim 32 (dim 128 over 4 heads), as the kernels take 32, 64 and 128 only
+GPU_MODEL = "gqa_dh32"
+MODELS = {**CONFIGS, GPU_MODEL: (4, 2, False, 10000.0, "half")}
+HIDDEN = {GPU_MODEL: 128}
 
 
-def hf_model(n_heads, n_kv_heads, tied, theta, seed=0):
+def hf_model(n_heads, n_kv_heads, tied, theta, seed=0, hidden=32):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = LlamaConfig(
         vocab_size=64,
-        hidden_size=32,
+        hidden_size=hidden,
         intermediate_size=48,
         num_hidden_layers=2,
         num_attention_heads=n_heads,
@@ -82,21 +125,26 @@ def hf_model(n_heads, n_kv_heads, tied, theta, seed=0):
 _LOADED: dict[tuple, tuple] = {}
 
 
-def model_and_weights(name, tmp_path_factory):
-    """(HF model, our config, our weights) for CONFIGS[name], through save_pretrained and llama.load."""
-    if name not in _LOADED:
+def model_and_weights(name, tmp_path_factory, dtype="float32"):
+    """(HF model, our config, our weights) for MODELS[name], through save_pretrained and llama.load
+    (in `dtype`: the HF model then holds the same rounded weights, in float32)."""
+    if (name, dtype) not in _LOADED:
         import llama
 
-        heads, kv, tied, theta, layout = CONFIGS[name]
-        hf = hf_model(heads, kv, tied, theta)
+        heads, kv, tied, theta, layout = MODELS[name]
+        hf = hf_model(heads, kv, tied, theta, hidden=HIDDEN.get(name, 32))
         path = tmp_path_factory.mktemp(name)
         hf.save_pretrained(path)
-        config, weights = llama.load(path)
-        assert config.rope_theta == theta and config.tie_embeddings == tied
+        config, weights = llama.load(path, dtype=dtype)
+        assert config.rope_theta == theta and config.tie_embeddings == tied and config.dtype == dtype
         if layout != "half":
             config, weights = llama.convert_rope_layout(config, weights, layout)
-        _LOADED[name] = (hf, config, weights)
-    return _LOADED[name]
+        if dtype != "float32":
+            with torch.no_grad():
+                for p in hf.parameters():
+                    p.copy_(p.to(getattr(torch, dtype)).float())
+        _LOADED[name, dtype] = (hf, config, weights)
+    return _LOADED[name, dtype]
 
 
 def hf_logits(hf, tokens):
@@ -205,6 +253,98 @@ def test_refuses_past_max_seq(tmp_path_factory):
     with pytest.raises(ValueError):
         model.decode(SEQ[8])
     assert model.memory_bytes() > 0
+
+
+# (absolute, share of the largest logit): the solution is off by about 0.003 in f16 and 0.025 in bf16
+# on logits up to 3; a wrong position or layout by whole units (see the module docstring)
+HALF_TOL = {"float16": (0.01, 0.005), "bfloat16": (0.05, 0.02)}
+
+
+def check_half(got, want, dtype, what, tol=None):
+    """float32 logits on the CPU within HALF_TOL[dtype] (or `tol`) of HF's float32 logits."""
+    assert isinstance(got, torch.Tensor), f"{what}: expected a torch tensor, got {type(got).__name__}"
+    assert got.dtype == torch.float32, f"{what}: logits are float32 whatever the model's dtype, got {got.dtype}"
+    assert got.device.type == "cpu", f"{what}: logits come back on the CPU"
+    assert tuple(got.shape) == tuple(want.shape), f"{what}: shape {list(got.shape)}, expected {list(want.shape)}"
+    atol, share = tol or HALF_TOL[dtype]
+    bound = atol + share * float(want.abs().max())
+    err = float((got - want).abs().max())
+    assert err <= bound, f"{what}: logits differ from Hugging Face's by {err:.3g} (allowed {bound:.3g})"
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"], ids=["f16", "bf16"])
+def test_half_precision_models(dtype, tmp_path_factory):
+    from kiln.ir import DType
+    from llama.model import LlamaModel, build_graph
+
+    hf, config, weights = model_and_weights("gqa", tmp_path_factory, dtype)
+    short = {"float16": "f16", "bfloat16": "bf16"}[dtype]
+    g = build_graph(config, weights, n_tokens=3, max_seq=16)
+    buffers = {n.attrs["name"]: str(n.type) for n in g.buffers}
+    want = {f"layers.{i}.{kv}_cache": f"{short}[16, 2, 8]" for i in range(2) for kv in "kv"}
+    assert buffers == want, f"the caches hold the model's dtype: {buffers}"
+    (out,) = g.outputs
+    assert out.type.dtype is DType[dtype], f"the graph's logits are {short}[T, V] (the model's dtype): {out.type}"
+    assert g.constants["rope.inv_freq"].dtype == torch.float32
+
+    model = LlamaModel(config, weights, device="cpu", max_seq=16)
+    steps = [model.prefill(SEQ[:4])]
+    check_half(steps[0], hf_logits(hf, SEQ[:4]), dtype, f"{dtype}: prefill of 4 tokens")
+    for tok in SEQ[4:]:
+        steps.append(model.decode(tok)[None])
+    check_half(torch.cat(steps), hf_logits(hf, SEQ), dtype, f"{dtype}: prefill(4) then decode vs Hugging Face")
+    model.reset()
+    last = model.prefill(SEQ[:6], last=True)
+    assert tuple(last.shape) == (64,), f"prefill(last=True) returns logits [V], got {list(last.shape)}"
+    check_half(last[None], hf_logits(hf, SEQ[:6])[-1:], dtype, f"{dtype}: prefill(last=True)")
+
+
+# --- on a GPU ------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu  # left out (not failed) where there is no GPU
+@pytest.mark.points(3)
+def test_gpu_steps_match_the_cpu(tmp_path_factory):
+    """Prefill, decode steps (the captured step graphs), a second prefill chunk and a reset, on the
+    GPU and on the CPU executor side by side: the same logits and pos after every run."""
+    from llama.model import LlamaModel
+
+    _, config, weights = model_and_weights(GPU_MODEL, tmp_path_factory)
+    cpu = LlamaModel(config, weights, device="cpu", max_seq=24)
+    gpu = LlamaModel(config, weights, device="cuda", max_seq=24)
+    # prefill 4, decode 5, prefill 2 (another length, compiled after runs), decode 2; reset; again
+    script = [("prefill", SEQ[:4]), *(("decode", [t]) for t in SEQ[4:9]), ("prefill", SEQ[9:11])]
+    script += [("decode", [9]), ("decode", [8]), ("reset", []), ("prefill", SEQ[3:6]), ("decode", [7])]
+    for k, (what, tokens) in enumerate(script):
+        if what == "reset":
+            cpu.reset()
+            gpu.reset()
+            continue
+        run = f"step {k} ({what} of {tokens} at pos {cpu.pos})"
+        want = cpu.prefill(tokens) if what == "prefill" else cpu.decode(tokens[0])
+        got = gpu.prefill(tokens) if what == "prefill" else gpu.decode(tokens[0])
+        assert got.device.type == "cpu" and got.dtype == torch.float32, f"{run}: {got.dtype} on {got.device}"
+        assert tuple(got.shape) == tuple(want.shape), f"{run}: shape {list(got.shape)}, expected {list(want.shape)}"
+        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3, msg=lambda m, run=run: f"{run}: {m}")
+        assert gpu.pos == cpu.pos, f"{run}: pos is {gpu.pos} on the GPU after the run, {cpu.pos} expected"
+
+
+@pytest.mark.gpu  # left out (not failed) where there is no GPU
+@pytest.mark.points(1)
+def test_gpu_half_model_returns_float32_logits(tmp_path_factory):
+    from llama.model import LlamaModel
+
+    hf, config, weights = model_and_weights(GPU_MODEL, tmp_path_factory, "float16")
+    model = LlamaModel(config, weights, device="cuda", max_seq=16)
+    rows = [model.prefill(SEQ[:4])] + [model.decode(t)[None] for t in SEQ[4:]]
+    assert model.pos == len(SEQ)
+    # the GPU rounds at other places than the CPU executor (fused epilogues, the norm's prologue):
+    # task 06's bound for its f16 model
+    tol = (0.05, 0.01)
+    check_half(torch.cat(rows), hf_logits(hf, SEQ), "float16", "float16 on the GPU: prefill(4) then decode", tol)
+    last = model.prefill([3], last=True)[None]
+    check_half(last, hf_logits(hf, [*SEQ, 3])[-1:], "float16", "float16 on the GPU: prefill(last=True)", tol)
 
 
 def test_llama_graph(grade):

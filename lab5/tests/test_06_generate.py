@@ -11,8 +11,15 @@ On the CPU (graded everywhere, CI included):
   few distributions land within 4.5 standard deviations (sqrt(p(1-p)/n)) of softmax(logits / T),
   nucleus included: a sampler that ignores the temperature or leaks mass outside the nucleus is
   off by tens of deviations. The draws are seeded, so the verdict never changes between runs.
+- The sampler at exact top-p boundaries: uniform logits over 8 tokens, whose probabilities (1/8)
+  and their sums are exact in float32, with top_p 0.125, 0.25, 0.5 and 0.75: the nucleus reaches
+  top_p exactly with 1, 2, 4 and 6 tokens, and one more (a `<=` where `<` belongs) is wrong. Logits
+  in float16 and bfloat16 give float32 probabilities, those of the float32 logits they hold.
 - The loop, on a scripted model: one prefill of the prompt, then one decode per new token but none
-  for the last; stop at EOS (not returned) or after max_new_tokens; on_token sees each token.
+  for the last; stop at EOS (not returned) or after max_new_tokens; on_token sees each token, and
+  sees it as soon as it is chosen (before the model is asked for the next one: streaming, not a
+  list at the end); an end token with id 0 stops the loop too (a test of eos_id's truth misses it),
+  and without one a token 0 is an ordinary token.
 - `generate` on a random 2-layer LLaMA (dim 256, GQA: 4 query heads of 64 on 2 KV heads) that the test saves as a
   Hugging Face directory with a llama2.c tokenizer.bin: 64 greedy tokens equal Hugging Face's
   `model.generate(do_sample=False)`; the streamed pieces join to the returned text, which is
@@ -70,6 +77,15 @@ TASK = PythonTask(
     packages=["llama", "kiln_llm", "tiny", "../lab4/kiln"],
     builds_on=[*LAB5, *LAB4, *LAB4_GPU],
     timeout=300,
+    mistakes={
+        "top-p order": "test_top_p_keeps_exactly_the_nucleus: the nucleus of probabilities not in vocabulary order",
+        "global generator": "test_same_seed_same_tokens_other_seed_differs: torch's global generator used between"
+        " draws",
+        "top-p boundary": "test_top_p_exact_boundaries: uniform logits, top_p equal to the mass of 1, 2, 4, 6 tokens",
+        "end token 0": "test_decode_loop_end_token_zero: eos_id = 0",
+        "late streaming": "test_on_token_fires_as_each_token_is_chosen: the model calls made when on_token fires",
+        "half logits": "test_half_precision_logits: f16 and bf16 logits give float32 probabilities",
+    },
 )
 
 STEPS = 64
@@ -185,6 +201,39 @@ def test_draw_frequencies_match_the_distribution(temperature, top_p):
         )
 
 
+@pytest.mark.points(1)
+def test_top_p_exact_boundaries():
+    from llama.generate import Sampler
+
+    logits = torch.zeros(8)  # exp(0) = 1 however softmax is computed: exactly 1/8 each, every sum exact
+    for temperature in (1.0, 0.6):
+        for p, size in ((0.125, 1), (0.25, 2), (0.5, 4), (0.75, 6)):
+            got = Sampler(temperature=temperature, top_p=p, seed=0).distribution(logits)
+            kept = int((got > 0).sum())
+            assert kept == size, (
+                f"top_p={p} over 8 equally likely tokens: kept {kept}; {size} of them reach a mass of {p} exactly,"
+                " and the nucleus is the smallest set that reaches top_p"
+            )
+            torch.testing.assert_close(
+                got[got > 0], torch.full((size,), 1 / size), rtol=1e-6, atol=1e-7, msg=f"top_p={p}: not renormalised"
+            )
+
+
+@pytest.mark.points(1)
+def test_half_precision_logits():
+    from llama.generate import Sampler
+
+    row = torch.randn(40, generator=torch.Generator().manual_seed(3)) * 3
+    for dtype in (torch.float16, torch.bfloat16):
+        half = row.to(dtype)
+        for temperature, top_p in ((1.0, 1.0), (0.7, 0.9), (0.0, 1.0)):
+            got = Sampler(temperature, top_p, seed=1).distribution(half)
+            want = Sampler(temperature, top_p, seed=1).distribution(half.float())
+            assert got.dtype == torch.float32, f"{dtype} logits: probabilities are float32, got {got.dtype}"
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7, msg=lambda m, d=dtype: f"{d} logits: {m}")
+        assert Sampler(0.0)(half) == int(half.float().argmax())
+
+
 # --- the loop, on a scripted model -------------------------------------------------------------------
 
 
@@ -264,6 +313,31 @@ def test_decode_loop_calls_the_model_as_the_contract_says():
     r = m.loop([1], max_new_tokens=1, eos_id=None)
     assert r.tokens == [4] and m.calls == [("prefill", [1])], "max_new_tokens=1: the prefill alone gives the token"
     assert r.decode_seconds == 0.0 and r.decode_steps == 0
+
+
+@pytest.mark.points(1)
+def test_decode_loop_end_token_zero():
+    m = ScriptedModel([4, 7, 0, 3, 5, 6])
+    r = m.loop([1], max_new_tokens=5, eos_id=0)
+    assert r.tokens == [4, 7] and r.stopped_at_eos, f"eos_id=0 must stop the loop (not returned): got {r.tokens}"
+    assert [c[0] for c in m.calls] == ["prefill", "decode", "decode"]
+    m = ScriptedModel([4, 0, 3])
+    r = m.loop([1], max_new_tokens=3, eos_id=None)
+    assert r.tokens == [4, 0, 3] and not r.stopped_at_eos, f"without an end token, 0 is a token: got {r.tokens}"
+
+
+@pytest.mark.points(1)
+def test_on_token_fires_as_each_token_is_chosen():
+    m = ScriptedModel([4, 7, 9, 3, 15])
+    calls_seen: list[tuple[int, int]] = []  # (token, model calls made when on_token got it)
+    r = m.loop([1, 2], max_new_tokens=10, eos_id=15, on_token=lambda t: calls_seen.append((t, len(m.calls))))
+    assert r.tokens == [4, 7, 9, 3]
+    # token k comes from the prefill's logits (k = 0) or decode k; it is streamed before decode(token k)
+    want = [(4, 1), (7, 2), (9, 3), (3, 4)]
+    assert calls_seen == want, (
+        f"on_token must fire as each token is chosen, before the model computes the next one: (token, model calls"
+        f" so far) were {calls_seen}, expected {want}"
+    )
 
 
 # --- generate on a small random LLaMA ----------------------------------------------------------------
@@ -438,7 +512,6 @@ def compare_steps(got: torch.Tensor, want: torch.Tensor, atol: float, what: str)
 
 
 @pytest.mark.gpu  # left out (not failed) where there is no GPU
-@pytest.mark.gpu  # left out (not failed) where there is no GPU
 @pytest.mark.points(3)
 def test_greedy_generate_equals_hugging_face_on_the_gpu_f32(tiny):
     from llama import load
@@ -456,7 +529,6 @@ def test_greedy_generate_equals_hugging_face_on_the_gpu_f32(tiny):
     compare_steps(stepwise_logits(model, ids, want), reference_logits(hf_model, ids, want), 1e-3, "float32 on GPU")
 
 
-@pytest.mark.gpu  # left out (not failed) where there is no GPU
 @pytest.mark.gpu  # left out (not failed) where there is no GPU
 @pytest.mark.points(2)
 def test_float16_logits_follow_hugging_face_step_by_step(tiny):
@@ -479,7 +551,6 @@ def test_float16_logits_follow_hugging_face_step_by_step(tiny):
     compare_steps(got, want, 0.05 + 0.01 * float(want.abs().max()), "float16 on GPU")
 
 
-@pytest.mark.gpu  # left out (not failed) where there is no GPU
 @pytest.mark.gpu  # left out (not failed) where there is no GPU
 @pytest.mark.points(2)
 def test_prefill_then_decode_equals_one_prefill_on_the_gpu(tiny):
