@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from grader.build.ptxas import demangle
 from grader.parent.static_checks import shown, symbol_matches
 from grader.records import CheckFailure, ChildJob, Verdict
 from grader.tasks.spec import Case, CudaTask, clone_values
@@ -185,7 +186,9 @@ def observe(task: CudaTask, ep: EntryPoint, case: Case) -> Observation:
     where = f"{entry.symbol}, case {case.label} (observed call)"
     call(ep, values, where)  # the first call of this size does its one-time work here
     kernels, api, copies = profile_call(lambda: ep(values))
-    return Observation(entry.symbol, case.label, kernels, api, copies)
+    # the profiler leaves a long template kernel's name mangled (CUTLASS's): named as the build
+    # record names it, and as a rule's pattern reads it
+    return Observation(entry.symbol, case.label, demangle(kernels), api, copies)
 
 
 # --- judging ------------------------------------------------------------------------------------

@@ -974,23 +974,6 @@ VARIANTS: dict[str, Variant] = {
         " ones (y keeps the staged x, or the copy faults)",
         mistake="stale graph",
     ),
-    "05_graph.deps_from_node_index": Variant(
-        "05_graph.cu",
-        [
-            (
-                "            const cudaGraphNode_t* deps = k == 0 ? below.data() : below.data() + first;\n",
-                "            const cudaGraphNode_t* deps = k == 0 ? below.data() : below.data() + j;\n",
-            )
-        ],
-        {"wrong"},
-        "wrong",
-        "node j above level 0 waits for the count nodes below from j on instead of from j * FANIN, the first one"
-        " it reads: node 0 of each level is right, node j >= 1 may start before the nodes it adds. At n = 2^20 + 3"
-        " only level 1's last node is off (leaf 4 for leaf 64) and the 65 leaves run at once, so the cases usually"
-        " pass; graph_edges_hold_under_replay's 4096 leaves, slowed by an unaligned input, run in waves, and level 1's"
-        " node 200 reads leaves 3200 to 3215 that the previous launch (of the other input) left",
-        mistake="missing edge",
-    ),
     "05_graph.bind_set_on_the_built_graph": Variant(
         "05_graph.cu",
         [
@@ -1276,7 +1259,6 @@ BATCHES = [
         "13_softmax.unbiased_variance",
         "02_divergence.drops_the_top_coefficient",
         "04_streams.kernel_on_the_default_stream",
-        "05_graph.deps_from_node_index",
         "06_async_copy.kernel_on_the_default_stream",
         "12_scan.offsets_to_first_blockdim_only",
         "15_sgemm.float4_store_guarded_by_first_column",
@@ -1310,6 +1292,11 @@ AT_BUILD: list[str] = [
     "03_waves.hardcoded_sms",
     "08_inline_ptx.fma_in_a_comment",
 ]
+# Not caught, so not listed: a level-1 node waiting for the wrong run of FANIN nodes below it
+# (`below.data() + j` for `+ first`). On an H200, 32 replays of 4096 leaves that each read an
+# unaligned input, alternating two inputs, never showed the race: the graph ran each level's nodes
+# before the next level's. graph_edges_hold_under_replay still catches the level-1 nodes that wait
+# for the bind node alone (tree_waits_for_bind_only).
 HUGE: list[str] = []  # graded with the cases past 2^31 elements (tens of GB of GPU memory)
 # graded with timing on (quick): they pass every correctness check and game only the timed calls,
 # or are right but slow and must earn no performance points
