@@ -269,23 +269,6 @@ VARIANTS: dict[str, Variant] = {
         "cuBLASLt's operation made with CUBLAS_COMPUTE_32F_FAST_TF32: the contract asks for float32 without TF32",
         mistake="TF32 where float32 was asked",
     ),
-    "03_cublas.lt_assumes_256_byte_alignment": Variant(
-        "03_cublas.cu",
-        [
-            (
-                "align_a = alignment_of(w), align_b = alignment_of(x), align_cd = alignment_of(y);",
-                "align_a = 256, align_b = 256, align_cd = 256;  // torch's tensors are all 256-byte aligned",
-            )
-        ],
-        {"crash", "wrong"},
-        # (GPU behaviour not yet observed) every case's tensors start on 512-byte boundaries, where the
-        # heuristic's default assumption holds; in the check unaligned_pointers x, w and y are 4 to 12
-        # bytes past one and the algorithm chosen for 256-byte alignment faults, is refused by
-        # cublasLtMatmul (cudaErrorUnknown) or reads the wrong elements: each message says "unaligned"
-        "unaligned",
-        "the cuBLASLt preference declares every pointer 256-byte aligned, as cuBLASLt assumes when told nothing",
-        mistake="unaligned pointers",
-    ),
     # --- task 04 (cuDNN's graph API)
     "04_cudnn.graph_forgets_relu_output": Variant(
         "04_cudnn.cu",
@@ -673,7 +656,6 @@ BATCHES = [
     [
         "01_cpu_inference.uses_torch",
         "02_cuda_mlp.argmax_last_tie",
-        "03_cublas.lt_assumes_256_byte_alignment",
         "06_extension.no_bias",
     ],
     [

@@ -237,7 +237,9 @@ TASK = CudaTask(
         "missing bias": "every case: b ~ N(0, 1) against atol 5e-5",
         "TF32 flag ignored": "tf32=1 at 4096x4096x4096 must differ from tf32=0, bit for bit",
         "TF32 where float32 was asked": "linear_relu_lt in unaligned_pointers and the cases: TF32 is 3e-4 off",
-        "unaligned pointers": "the check unaligned_pointers: x, w, b and y 4 to 12 bytes past a 16-byte boundary",
+        # unaligned_pointers holds a solution to the contract (any float address), but no class stands
+        # on it: cuBLASLt on an H200 multiplied unaligned operands right even when told they were
+        # 256-byte aligned, so that mistake is not one a student can be caught making here
     },
 )
 
