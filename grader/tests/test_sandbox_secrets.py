@@ -241,6 +241,8 @@ def unguarded(loot: dict[str, Path]) -> dict[str, dict]:
 
 def _report(result: dict) -> str:
     text = json.dumps(result)
+    if result["verdict"] == "environment":  # this machine cannot run the kind at all (a notebook without nbclient)
+        pytest.skip(f"this machine cannot grade the thief's kind: {result['message'][:300]}")
     assert "HOSTILE" in text, f"the thief did not run: {result['verdict']}: {result['message'][:800]}"
     return text
 
