@@ -258,7 +258,7 @@ def check_lab(lab: str, gpu: bool, say: Callable[[str], None]) -> list[str]:
     say(f"{lab}: the grader catches {caught} of {graded} broken variants graded{here}")
     width = max(len(c) for c in counts) if counts else 0
     for cls, t in counts.items():
-        mark = "✓" if t.caught == t.graded else "✗"
+        mark = "·" if not t.graded else "✓" if t.caught == t.graded else "✗"
         rest = f", {t.total - t.graded} not run here" if t.graded < t.total else ""
         say(f"  {mark} {cls.ljust(width)}  {t.caught}/{t.graded}{rest}")
     return problems + mistake_problems(lab)
