@@ -234,16 +234,18 @@ def _expose(needed: list[Path], stage: Path) -> None:
 
 def _interpreter() -> list[Path]:
     """The folders this Python runs from and imports from (PYTHONPATH)."""
-    found = [Path(os.path.realpath(sys.executable)), Path(sys.prefix), Path(sys.base_prefix)]
+    found = [Path(sys.executable), Path(os.path.realpath(sys.executable)), Path(sys.prefix), Path(sys.base_prefix)]
     return found + [Path(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 
 
 def shown_entries(root: Path = _ROOT) -> set[str]:
     """The names at the top of the checkout that a sandboxed process sees."""
     names = set(_SHOWN) | {p.name for p in root.iterdir() if _LAB.match(p.name) and p.is_dir()}
-    for p in _interpreter():
+    # as given and resolved: a .venv in the checkout that links to a Python elsewhere is still the
+    # path the task process is started by
+    for path in (q for p in _interpreter() for q in (Path(os.path.abspath(p)), Path(os.path.realpath(p)))):
         try:
-            parts = Path(os.path.realpath(p)).relative_to(root).parts
+            parts = path.relative_to(root).parts
         except ValueError:
             continue
         if parts and parts[0] not in _NEVER_SHOWN:  # PYTHONPATH=<checkout> shows nothing more
