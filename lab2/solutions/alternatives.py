@@ -58,6 +58,30 @@ ALTERNATIVES: dict[str, Alternative] = {
         [("constexpr int BLOCK_THREADS = 256;", "constexpr int BLOCK_THREADS = 128;")],
         "rung 2 reduces each row with 128 threads instead of 256",
     ),
+    "15_sgemm.four_rows_per_thread": Alternative(
+        "15_sgemm.cu",
+        [
+            (
+                "inline constexpr int BM = 64, BN = 64, BK = 8, TM = 8;",
+                "inline constexpr int BM = 64, BN = 64, BK = 8, TM = 4;",
+            ),
+            (
+                "        const int ar = tile.x + a_row, ak = k0 + a_col;\n"
+                "        As[a_row][a_col] = ar < M && ak < K ? A[(size_t)ar * K + ak] : 0.0f;\n"
+                "        const int bk = k0 + b_row, bc = tile.y + b_col;\n"
+                "        Bs[b_row][b_col] = bk < K && bc < N ? B[(size_t)bk * N + bc] : 0.0f;\n",
+                "        // 1024 threads, 512 floats of each tile: half the threads load one of each\n"
+                "        if (tid < BM * BK) {\n"
+                "            const int ar = tile.x + a_row, ak = k0 + a_col;\n"
+                "            As[a_row][a_col] = ar < M && ak < K ? A[(size_t)ar * K + ak] : 0.0f;\n"
+                "            const int bk = k0 + b_row, bc = tile.y + b_col;\n"
+                "            Bs[b_row][b_col] = bk < K && bc < N ? B[(size_t)bk * N + bc] : 0.0f;\n"
+                "        }\n",
+            ),
+        ],
+        "rung 4 gives each of 1024 threads 4 rows of C instead of each of 512 threads 8, and loads the tiles"
+        " with half of its threads",
+    ),
     "16_tensor_core.one_row_of_warps": Alternative(
         "16_tensor_core.cu",
         [("inline constexpr int WARPS_M = 2, WARPS_N = 2;", "inline constexpr int WARPS_M = 1, WARPS_N = 4;")],
