@@ -55,6 +55,8 @@ LINK_FLAGS = ["-shared"]
 # what a task's nvcc_flags may not say: the grader decides debug level, outputs and build steps
 REFUSED_TASK_FLAGS = ("-G", "--device-debug", "-o", "--output-file", "-c", "--compile", "-shared", "--shared")
 COMPILED = (".cu", ".cpp", ".cc", ".cxx", ".c")  # a task's other files (headers) are hashed, not compiled
+# the rule kinds (grader/tasks/rules.py) that read a kernel's machine instructions
+SASS_RULES = ("tensor_cores", "no_tensor_cores", "sass", "sass_reached")
 RECORD_FORMAT = 3  # what a build record holds and means: bump it when that changes, and stale records rebuild
 
 
@@ -71,6 +73,10 @@ class BuildUnit:
     libraries: tuple[str, ...] = ()
     include_packages: tuple[str, ...] = ()
     include_dirs: tuple[Path, ...] = ()
+    # False: the build says only whether it compiles, without the SASS and object facts the rules
+    # read (seconds a build: the course's check that every variant compiles builds 170 of them)
+    facts: bool = True
+    sass: bool = True  # the kernels' SASS too (cuobjdump, seconds): only rules on instructions read it
 
     @classmethod
     def for_task(cls, task: CudaTask, sources: Mapping[str, Path], variant: str) -> BuildUnit:
@@ -88,6 +94,7 @@ class BuildUnit:
             libraries=tuple(task.libraries),
             include_packages=tuple(task.include_packages),
             include_dirs=(task.lab_dir(),),
+            sass=any(getattr(r, "kind", "") in SASS_RULES for r in task.rules),
         )
 
     @classmethod
@@ -336,6 +343,7 @@ def _plan(unit: BuildUnit, arch: str, identity: str, nvcc: Path) -> _Plan:
     compile_extra += unit.flags
     link_extra = [*unit.flags, *link_extra]
 
+    material.append(["facts", unit.facts, unit.sass])
     h = hashlib.sha256(json.dumps(material).encode())
     for src in unit.sources:
         h.update(os.path.abspath(src).encode() + b"\0")
@@ -616,7 +624,7 @@ def _record(plan: _Plan, tk: Toolkit, log: str) -> dict:
     resources: list[dict] = []
     # all files' PTX at once: with -rdc a kernel may call a function another file defines
     ptx = parse_ptx("\n".join(f.read_text(errors="replace") for f in sorted(work.glob("*/*.ptx"))))
-    opcodes = objects.sass(work / "lib.so")
+    opcodes = objects.sass(work / "lib.so") if plan.unit.facts and plan.unit.sass else None
     for i, src in _compiled(plan):
         log_file = work / f"{i}.log"
         entries = parse_entries(log_file.read_text(errors="replace")) if log_file.exists() else []
@@ -642,7 +650,7 @@ def _record(plan: _Plan, tk: Toolkit, log: str) -> dict:
             )
     needed, symbols = _dynamic(work / "lib.so")
     own = [(paths.rel(src), work / f"{i}.o") for i, src in _compiled(plan)]
-    found = objects.object_facts(own, {k["mangled"] for k in kernels})
+    found = objects.object_facts(own, {k["mangled"] for k in kernels}) if plan.unit.facts else None
     return {
         "format": RECORD_FORMAT,
         "key": plan.key,
