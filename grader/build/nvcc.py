@@ -43,6 +43,7 @@ from grader.build import objects, packages
 from grader.build.objects import EntryReach
 from grader.build.ptxas import PtxFacts, demangle, parse_entries, parse_ptx
 from grader.records import KernelResources, Verdict
+from grader.tasks.rules import SASS_RULES
 
 Confine = Callable[[Path], list[str]]  # a unit's folder -> the command prefix that sandboxes a step
 
@@ -55,8 +56,6 @@ LINK_FLAGS = ["-shared"]
 # what a task's nvcc_flags may not say: the grader decides debug level, outputs and build steps
 REFUSED_TASK_FLAGS = ("-G", "--device-debug", "-o", "--output-file", "-c", "--compile", "-shared", "--shared")
 COMPILED = (".cu", ".cpp", ".cc", ".cxx", ".c")  # a task's other files (headers) are hashed, not compiled
-# the rule kinds (grader/tasks/rules.py) that read a kernel's machine instructions
-SASS_RULES = ("tensor_cores", "no_tensor_cores", "sass", "sass_reached")
 RECORD_FORMAT = 3  # what a build record holds and means: bump it when that changes, and stale records rebuild
 
 

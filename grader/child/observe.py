@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grader.build.ptxas import demangle
-from grader.parent.static_checks import shown, symbol_matches
 from grader.records import CheckFailure, ChildJob, Verdict
+from grader.tasks.rules import OBSERVED_SASS_RULES, shown, symbol_matches
 from grader.tasks.spec import Case, CudaTask, clone_values
 
 if TYPE_CHECKING:
@@ -299,9 +299,6 @@ def _judge_kernels(rule: CompiledRule, o: Observation, own: list[KernelFacts], a
     return None
 
 
-_NEEDS_SASS = ("tensor_cores", "no_tensor_cores", "sass")
-
-
 def observed_rules(task: CudaTask) -> list[CompiledRule]:
     return [r for r in task.rules if getattr(r, "observed", False)]  # type: ignore[misc]
 
@@ -347,7 +344,7 @@ def check(
     for rule in rules:
         for symbol in rule.entries or [x.symbol for x in task.entries]:
             o = seen[symbol]
-            if rule.kind in _NEEDS_SASS and any(
+            if rule.kind in OBSERVED_SASS_RULES and any(
                 k.sass is None for n in o.kernels if (k := own_kernel(facts, n)) is not None
             ):
                 notes.append(f"not checked (no cuobjdump at the build): {rule.why}")

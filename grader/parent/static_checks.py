@@ -24,6 +24,7 @@ from grader.tasks.regions import (
     not_started,
     style_for,
 )
+from grader.tasks.rules import shown, symbol_matches
 from grader.tasks.spec import Rule, Task
 
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
@@ -300,17 +301,6 @@ def _runtime_calls(symbols: list[str]) -> str:
     if not shown:
         return "no CUDA runtime or library function"
     return ", ".join(shown[:8]) + (", ..." if len(shown) > 8 else "")
-
-
-def shown(pattern: str) -> str:
-    """A rule's regex as a student reads it: cudaStreamCreate* or cudaHostAlloc, fma.rn.f32."""
-    return re.sub(r"\\w[*+]", "*", pattern).replace("\\", "").replace("|", " or ")
-
-
-def symbol_matches(pattern: str, symbol: str) -> bool:
-    """`pattern` names the function; the runtime's per-thread-stream and versioned spellings of it
-    (cudaMemcpyAsync_ptsz, cuGetProcAddress_v2) count as it."""
-    return re.fullmatch(rf"(?:{pattern})(?:_ptsz|_ptds|_v\d+)?", symbol) is not None
 
 
 def _calls(rule: Rule, facts: BuildFacts, entries: tuple[str, ...]) -> str | None:

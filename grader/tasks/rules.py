@@ -30,6 +30,7 @@ for what only the spelling shows (a C++ function the task's lesson replaces by i
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -208,3 +209,20 @@ def library_does_the_product(why: str, entries: str | Sequence[str] = (), only: 
     `only`, it launches no kernel of the task's own either (a ReLU fused into the library's
     graph, not added by a kernel of the student's)."""
     return CompiledRule("library_kernels", "", why, entries=_entries(entries), count=-1 if only else 0)
+
+
+# the rule kinds that read a kernel's machine instructions (the build then runs cuobjdump), and
+# those of them judged on the observed call too
+SASS_RULES = ("tensor_cores", "no_tensor_cores", "sass", "sass_reached")
+OBSERVED_SASS_RULES = ("tensor_cores", "no_tensor_cores", "sass")
+
+
+def shown(pattern: str) -> str:
+    """A rule's regex as a student reads it: cudaStreamCreate* or cudaHostAlloc, fma.rn.f32."""
+    return re.sub(r"\\w[*+]", "*", pattern).replace("\\", "").replace("|", " or ")
+
+
+def symbol_matches(pattern: str, symbol: str) -> bool:
+    """`pattern` names the function; the runtime's per-thread-stream and versioned spellings of it
+    (cudaMemcpyAsync_ptsz, cuGetProcAddress_v2) count as it."""
+    return re.fullmatch(rf"(?:{pattern})(?:_ptsz|_ptds|_v\d+)?", symbol) is not None
