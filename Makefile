@@ -30,7 +30,7 @@ GRADE_OPTS := -q --no-header -p no:cacheprovider -rfEs $(if $(TASK),--task=$(TAS
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_%-]+:.*## / {name = $$1; sub(/%/, "N", name); printf "  %-16s %s\n", name, $$2}' $(MAKEFILE_LIST)
 	@echo "  labs: N is 1 to 5 (make test-lab1, make bench-lab2, ...)"
-	@echo "  variables: TASK=NN or labN/NN (one task), SOLUTIONS=1 (grade the reference solutions), ARGS='...' (extra pytest options), OUT=dir, DEST=dir"
+	@echo "  variables: TASK=NN or labN/NN (one task), SOLUTIONS=1 (grade the reference solutions), ARGS='...' (extra options), LABS='lab2 lab3' (make verify), OUT=dir, DEST=dir"
 
 # .venv/bin/python is a link to an old interpreter binary, so the set-up leaves a fresh stamp instead
 $(STAMP): setup.sh requirements.txt
@@ -76,8 +76,8 @@ train-lab3: $(STAMP) ## train lab 3's MLP and CNN into lab3/models/ (MNIST when 
 check: $(STAMP) ## the course's own tests: pass on any machine, CPU-only included
 	$(PYTEST) grader/tests tests -q -p no:cacheprovider $(ARGS)
 
-verify: $(STAMP) ## instructors: every skeleton fails and every reference solution passes
-	$(PY) -m grader verify
+verify: $(STAMP) ## instructors: every skeleton fails, every reference solution passes, every broken variant is caught (LABS='lab2 lab3')
+	$(PY) -m grader verify $(LABS) $(ARGS)
 
 grade: $(STAMP) ## grade every lab (benchmark timing, sanitizer, cases past 2^31 elements) into OUT=dir
 	@mkdir -p $(OUT)

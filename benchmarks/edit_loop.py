@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from grader import paths  # noqa: E402
 from grader.parent import forkserver  # noqa: E402
+from grader.records import TimingMode  # noqa: E402
 
 TASK_FILE = ROOT / "lab1" / "solutions" / "01_vector_add.cu"
 REPEATS = 3
@@ -97,7 +98,7 @@ def extension_edit_loop() -> list[float]:
     def grade(text: str) -> float:
         copy.write_text(text)
         t = time.perf_counter()
-        (r,) = runner.grade([task], runner.Options(timing="off"), {task.task_id: {"91_scaled_add.cu": copy}})
+        (r,) = runner.grade([task], runner.Options(timing=TimingMode.OFF), {task.task_id: {"91_scaled_add.cu": copy}})
         if str(r.verdict) != "pass":
             raise SystemExit(f"the extension fixture did not pass: {r.verdict}: {r.message}")
         return time.perf_counter() - t

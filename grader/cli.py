@@ -23,6 +23,12 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument(
         "--no-variants", dest="variants", action="store_false", help="skip grading the broken variants (faster)"
     )
+    v.add_argument(
+        "--jobs",
+        type=int,
+        default=max(1, min(8, (os.cpu_count() or 2) // 2)),
+        help="grading runs of broken variants at once (untimed ones; default: half the cores, at most 8)",
+    )
     s = sub.add_parser("skeletons", help="regenerate the student files from labN/solutions/ (every task file)")
     s.add_argument("--check", action="store_true", help="only report files that differ")
     r = sub.add_parser("release", help="export a student tree without solutions")
@@ -69,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "verify":
         from grader.instructor.verify import verify
 
-        return verify(a.labs, say, variants=a.variants)
+        return verify(a.labs, say, variants=a.variants, jobs=a.jobs)
     if a.cmd == "skeletons":
         try:
             if a.check:

@@ -202,7 +202,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
                     f"({k.registers} registers): see the ptxas report in .build/"
                 )
         for n in r.notes:
-            if r.verdict == Verdict.PASS and not n.startswith("built in"):
+            if r.verdict == Verdict.PASS:
                 tr.write_line(f"{r.task_id}: {n}")
     not_started = [r.task_id for r in session.results if r.verdict == Verdict.NOT_STARTED]
     if not_started and len(not_started) == len(session.results):

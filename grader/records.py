@@ -34,6 +34,18 @@ class Verdict(str, Enum):
         return self.value
 
 
+class TimingMode(str, Enum):
+    """How a graded run times the entry points."""
+
+    OFF = "off"  # checks only
+    QUICK = "quick"  # a few calls per timed case: make test-labN
+    BENCH = "bench"  # the benchmark's many calls: make grade, make bench-labN
+    LADDER = "ladder"  # bench, then the task's ladder of rungs and baselines: make bench-labN
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class CheckFailure(Exception):  # noqa: N818 - a verdict, not an error of the grader
     """Raised inside a check to end the task with a verdict and a message for the student."""
 
@@ -125,13 +137,39 @@ class SanitizerRun:
     detail: str = ""
 
 
+class Stage(str, Enum):
+    """What a task process is doing, for the grading process to reason about (a timeout while
+    building is not a hung kernel)."""
+
+    STARTING = "starting"  # before the job: imports, CUDA set-up
+    BUILDING = "building"  # in the task process: a PyTorch extension, a staged package
+    CHECKING = "checking"  # the cases, the checks, the tests, a notebook's cells
+    TIMING = "timing"  # the card's limits, the timed calls, a ladder
+    OBSERVING = "observing"  # one observed call per entry point (torch.profiler)
+    DONE = "done"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass
+class Phase:
+    """Where a task process is: its stage, and what it does there in words ("saxpy, case n=4097")."""
+
+    stage: Stage = Stage.STARTING
+    what: str = ""
+
+    def __str__(self) -> str:
+        return self.what or str(self.stage)
+
+
 @dataclass
 class ChildReport:
     """What the task process tells the grading process. Written often, so a killed child still
     leaves behind the phase it was in."""
 
     verdict: Verdict | None = None
-    phase: str = "starting"
+    phase: Phase = field(default_factory=Phase)
     message: str = ""
     cases: list[CaseRecord] = field(default_factory=list)
     timings: list[Timing] = field(default_factory=list)
@@ -139,6 +177,7 @@ class ChildReport:
     notes: list[str] = field(default_factory=list)
     device: DeviceInfo | None = None
     sandbox: list[str] = field(default_factory=list)  # what the sandbox held, when the task ran in one
+    build_seconds: float | None = None  # what the task process built (a PyTorch extension), when it built
 
     def dump(self, path: Path) -> None:
         tmp = path.with_suffix(".tmp")
@@ -157,7 +196,7 @@ class ChildReport:
     def from_json(cls, text: str) -> ChildReport:
         try:
             return from_jsonable(cls, json.loads(text))
-        except (ValueError, TypeError, KeyError):
+        except (ValueError, TypeError, KeyError, AttributeError):  # not a report of this format
             return cls()
 
 
@@ -169,7 +208,7 @@ class ChildJob:
     spec: str
     sources: dict[str, str]
     lib: str | None = None  # the library nvcc built, for CUDA tasks
-    timing: str = "quick"  # off | quick | bench | ladder (bench, then the task's ladder: make bench-labN)
+    timing: TimingMode = TimingMode.QUICK
     sanitize: bool = False  # small cases only, no timing
     huge: bool = False  # also the cases past 2^31 elements
     variant: str = "student"  # student | solution | a broken variant's name: keeps build caches apart
@@ -182,6 +221,41 @@ class ChildJob:
     @classmethod
     def from_line(cls, line: str) -> ChildJob:
         return from_jsonable(cls, json.loads(line))
+
+
+@dataclass
+class ForkRequest:
+    """A grading process asks the fork server (grader/child/forkserver.py) for one task process:
+    its arguments, environment, output files and sandbox. The report pipe travels beside it."""
+
+    argv: list[str]
+    env: dict[str, str]
+    stdout: str
+    stderr: str
+    sandbox: str | None = None  # the sandbox's Policy as JSON (grader/parent/sandbox.py)
+
+
+@dataclass
+class Forked:
+    """The fork server's first answer: the task process's pid."""
+
+    pid: int
+
+
+@dataclass
+class Exited:
+    """The fork server's second answer: the task process's exit status, negative for a signal."""
+
+    returncode: int
+
+
+def to_line(record: Any) -> bytes:
+    """A record as one JSON line, for a socket or a pipe."""
+    return json.dumps(to_jsonable(record)).encode() + b"\n"
+
+
+def from_line(cls: type[T], line: bytes | str) -> T:
+    return from_jsonable(cls, json.loads(line))
 
 
 @dataclass
@@ -200,6 +274,7 @@ class TaskResult:
     notes: list[str] = field(default_factory=list)
     sandbox: list[str] = field(default_factory=list)  # what held, when it ran in the sandbox
     seconds: float = 0.0
+    build_seconds: float | None = None  # the build's seconds when this run built it; None: cached, or none
     points: float = 0.0
     max_points: float = 0.0
 

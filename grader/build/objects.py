@@ -157,6 +157,17 @@ def parse_readelf(text: str) -> _Object:
     return _Object(sections, symbols, relocations)
 
 
+def undefined_symbols(obj: Path) -> list[str] | None:
+    """The symbols `obj` leaves undefined (mangled): what its code calls or reads from elsewhere;
+    None when readelf is missing or the object is not there."""
+    if not obj.is_file():
+        return None
+    o = _readelf(obj)
+    if o is None:
+        return None
+    return sorted({name for name, _, _, where in o.symbols if where == "UND" and name})
+
+
 def object_facts(objects: Sequence[tuple[str, Path]], kernels: Iterable[str]) -> ObjectFacts | None:
     """The undefined symbols of each object (named by its source) and, per C entry point, the
     external symbols and kernels it reaches; None when readelf is missing."""

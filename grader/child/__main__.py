@@ -27,8 +27,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from grader.child import context
-from grader.records import CheckFailure, ChildJob, ChildReport, Verdict, to_jsonable
+from grader.records import CheckFailure, ChildJob, ChildReport, Phase, Stage, Verdict, to_jsonable
+from grader.tasks import seeds
 from grader.tasks.catalogue import load_task
 
 # which module runs which kind of task (each exposes run(task, job, rec))
@@ -47,6 +47,11 @@ class Recorder:
         self.scratch = scratch  # this task's folder for files of its own (removed by the grading process)
         self.path, self.fd, self._key = path, fd, key
         self.report = ChildReport()
+
+    def at(self, stage: Stage, what: str = "") -> None:
+        """The process is now at `stage`, doing `what`: sent at once, so that a process killed
+        there is reported with it."""
+        self.set(phase=Phase(stage, what))
 
     def set(self, **kw: Any) -> None:
         for k, v in kw.items():
@@ -101,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         job = ChildJob.from_line(line)
         task = load_task(Path(job.spec))
         if job.seed:
-            context.use_key(task.task_id, job.seed)
+            seeds.use_key(task.task_id, job.seed)
         runner = importlib.import_module("grader.child.profiling" if job.profile else RUNNERS[task.kind])
         runner.run(task, job, rec)
     except CheckFailure as f:

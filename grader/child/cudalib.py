@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 from grader.child import observe, timing
 from grader.child.buffers import PREFILL, Guarded, bits, guarded, twin
 from grader.child.compare import judge
-from grader.child.context import RunContext, chosen_cases, returned_error, seed_for
+from grader.child.context import RunContext, chosen_cases, returned_error
 from grader.child.ffi import EntryPoint, HarnessError, Library
-from grader.records import CaseRecord, CheckFailure, ChildJob, DeviceInfo, Timing, Verdict
+from grader.records import CaseRecord, CheckFailure, ChildJob, DeviceInfo, Phase, Stage, Timing, TimingMode, Verdict
+from grader.tasks.seeds import seed_for
 from grader.tasks.spec import Buffer, Case, CudaTask, Entry, Rng, Values, clone_values
 
 if TYPE_CHECKING:
@@ -292,19 +293,19 @@ def run(task: CudaTask, job: ChildJob, rec: Recorder) -> None:
     report = rec.report
     try:
         for check in task.checks:
-            rec.set(phase=f"check {check.__name__}")
+            rec.at(Stage.CHECKING, f"check {check.__name__}")
             check(ctx)
         for case in chosen_cases(task.cases, job):
             draws = task.seeds if case.small and not job.sanitize else 1
             for entry in task.entries:
                 for draw in range(draws):
-                    rec.set(phase=f"{entry.symbol}, case {case.label}")
+                    rec.at(Stage.CHECKING, f"{entry.symbol}, case {case.label}")
                     report.cases.append(run_case(task, entry, eps[entry.symbol], case, ctx, draw))
-        ladder = job.timing == "ladder" and task.ladder is not None
-        timed = task.timed_cases(bench=job.timing == "ladder")  # ladder: make bench-labN
-        if job.timing != "off" and not job.sanitize and (timed or ladder):
-            budget = timing.QUICK if job.timing == "quick" else timing.BENCH
-            rec.set(phase="measuring the card's limits (copy and read bandwidth)")
+        ladder = job.timing == TimingMode.LADDER and task.ladder is not None
+        timed = task.timed_cases(bench=job.timing == TimingMode.LADDER)  # ladder: make bench-labN
+        if job.timing != TimingMode.OFF and not job.sanitize and (timed or ladder):
+            budget = timing.QUICK if job.timing == TimingMode.QUICK else timing.BENCH
+            rec.at(Stage.TIMING, "measuring the card's limits (copy and read bandwidth)")
             limits = timing.measure_limits()
             scored = {task.timing_case, *(p.case for p in task.perf)}
             for case in timed:
@@ -312,7 +313,7 @@ def run(task: CudaTask, job: ChildJob, rec: Recorder) -> None:
                 swept = [e for e in task.entries if e.symbol in task.sweep_entries or not task.sweep_entries]
                 entries = task.entries if case.label in scored else [e for e in swept if e.baseline is not None]
                 for entry in entries:
-                    rec.set(phase=f"timing {entry.symbol}, case {case.label}")
+                    rec.at(Stage.TIMING, f"timing {entry.symbol}, case {case.label}")
                     row = time_entry(task, entry, eps[entry.symbol], case, budget, limits)
                     row.sweep = case.label not in scored
                     report.timings.append(row)
@@ -323,7 +324,7 @@ def run(task: CudaTask, job: ChildJob, rec: Recorder) -> None:
         # the rules on what a call launched: once per task, after the timing, which the profiler
         # (CUPTI) must not disturb
         if observe.observed_rules(task):
-            rec.set(phase="observing one call of each entry point the rules name (torch.profiler)")
+            rec.at(Stage.OBSERVING, "observing one call of each entry point the rules name (torch.profiler)")
             observe.check(task, job, facts, eps, ctx.notes)
     except CheckFailure as f:
         rec.set(verdict=f.verdict, message=f.message.replace("sanitize-labN", f"sanitize-{task.lab}"), notes=ctx.notes)
@@ -332,7 +333,7 @@ def run(task: CudaTask, job: ChildJob, rec: Recorder) -> None:
         # a CUDA error is the student's crash; any other error is the grader's own bug
         if isinstance(e, HarnessError) or not _is_cuda_error(e):
             raise
-        message = cuda_failure(e, report.phase).message.replace("sanitize-labN", f"sanitize-{task.lab}")
+        message = cuda_failure(e, str(report.phase)).message.replace("sanitize-labN", f"sanitize-{task.lab}")
         rec.set(verdict=Verdict.CRASH, message=message, notes=ctx.notes)
         return
-    rec.set(verdict=Verdict.PASS, message="", notes=ctx.notes, phase="done")
+    rec.set(verdict=Verdict.PASS, message="", notes=ctx.notes, phase=Phase(Stage.DONE))

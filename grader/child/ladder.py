@@ -23,7 +23,7 @@ from grader.child.buffers import PREFILL, Guarded, bits, twin
 from grader.child.context import returned_error
 from grader.child.cudalib import check_outputs, prepare, seeded_inputs, stream_failure
 from grader.child.ffi import EntryPoint
-from grader.records import CheckFailure, Timing, Verdict
+from grader.records import CheckFailure, Stage, Timing, Verdict
 from grader.tasks.spec import Case, CudaTask, Entry, Scalar, Values, clone_values
 
 if TYPE_CHECKING:
@@ -428,7 +428,7 @@ def run_ladder(
         )
     rows: list[Timing] = []
     for case in ladder.sweep:
-        rec.set(phase=f"ladder {ladder.name}, case {case.label}")
+        rec.at(Stage.TIMING, f"ladder {ladder.name}, case {case.label}")
         rungs = [(task.entry(s), eps[s]) for s in ladder.rungs]
         rows += time_case(task, rungs, ladder.baselines, case, budget, limits, ladder=ladder.name)
         torch.cuda.empty_cache()  # the next size's buffer sets start from free memory

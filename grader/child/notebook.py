@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grader import paths
-from grader.records import ChildJob, TestOutcome, Verdict
+from grader.records import ChildJob, Phase, Stage, TestOutcome, Verdict
 from grader.tasks.notebook import NotebookCheck, NotebookTask
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ async def execute(task: NotebookTask, nb: Any, checks: list[NotebookCheck], rec:
         shutdown_kernel="immediate",
         resources={"metadata": {"path": str((task.lab_dir() / task.source).parent)}},
     )
-    rec.set(phase="starting the notebook's kernel")
+    rec.at(Stage.CHECKING, "starting the notebook's kernel")
     # the kernel's own stdout and stderr (native code's prints, a fatal error) go to a log beside the
     # report: quoted when the kernel dies, and gone with the task's scratch folder
     log = rec.scratch / "kernel.log"
@@ -118,7 +118,7 @@ async def _cells(
             continue
         check = checks[index - first_check] if index >= first_check else None
         where = f"check `{check.name}`" if check else f"cell {index + 1}"
-        rec.set(phase=where)
+        rec.at(Stage.CHECKING, where)
         try:
             await client.async_execute_cell(cell, index, execution_count=client.code_cells_executed + 1)
         except CellExecutionError as e:
@@ -163,7 +163,7 @@ def run(task: NotebookTask, job: ChildJob, rec: Recorder) -> None:
         return
     path = Path(job.sources[task.source])
     where = paths.rel(path)
-    rec.set(phase="validating the notebook")
+    rec.at(Stage.CHECKING, "validating the notebook")
     try:
         nb = nbformat.read(path, as_version=4, capture_validation_error={})
         nbformat.validate(nb)
@@ -189,10 +189,10 @@ def run(task: NotebookTask, job: ChildJob, rec: Recorder) -> None:
         return
     failed = [t for t in out.tests if t.outcome != "passed"]
     if not failed:
-        rec.set(verdict=Verdict.PASS, message="", tests=out.tests, phase="done")
+        rec.set(verdict=Verdict.PASS, message="", tests=out.tests, phase=Phase(Stage.DONE))
         return
     lines = [f"{len(failed)} of {len(out.tests)} checks failed:"]
     for t in failed:
         head, *rest = t.message.splitlines() or [t.outcome]
         lines += [f"  {t.name}: {head}", *(f"    {r}" for r in rest)]
-    rec.set(verdict=Verdict.WRONG, message="\n".join(lines), tests=out.tests, phase="done")
+    rec.set(verdict=Verdict.WRONG, message="\n".join(lines), tests=out.tests, phase=Phase(Stage.DONE))

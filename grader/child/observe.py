@@ -91,6 +91,12 @@ def own_kernel(facts: BuildFacts, launched: str) -> KernelFacts | None:
     return None
 
 
+def _case(task: CudaTask, label: str) -> Case:
+    found = [c for c in task.cases if c.label == label]
+    assert found, f"{task.task_id}: a rule names case {label!r}, which the task does not have"
+    return found[0]
+
+
 def observed_case(task: CudaTask, job: ChildJob) -> Case | None:
     from grader.child.context import chosen_cases
 
@@ -256,7 +262,7 @@ def judge(rule: CompiledRule, o: Observation, facts: BuildFacts) -> str | None:
         if pageable:
             share = f"{len(pageable)} of the call's {len(host)} host-device copies"
             return f"{at}: {share} moved pageable memory ({pageable[0]}): {rule.why}"
-    elif rule.kind in ("tensor_cores", "no_tensor_cores", "inline_ptx", "kernel_named", "sass"):
+    elif rule.kind in ("tensor_cores", "no_tensor_cores", "inline_ptx", "kernel_named", "sass", "no_sass"):
         return _judge_kernels(rule, o, own, at)
     return None
 
@@ -277,6 +283,13 @@ def _judge_kernels(rule: CompiledRule, o: Observation, own: list[KernelFacts], a
                 f"{at}: no kernel the call launched ({names}) has `{shown(rule.pattern)}` in an asm statement "
                 f"(their inline PTX: {', '.join(asm) or 'none'}): {rule.why}"
             )
+        return None
+    if rule.kind == "no_sass":
+        for k in (k for k in own if not rule.kernels or re.search(rule.kernels, k.kernel)):
+            found = sorted({op for op in k.sass or () if re.match(rule.pattern, op)})
+            if found:
+                name = k.kernel.split("(")[0]
+                return f"{at}: the call launched {name}, whose SASS has {', '.join(found[:3])}: {rule.why}"
         return None
     if rule.kind == "sass":
         named = [k for k in own if not rule.kernels or re.search(rule.kernels, k.kernel)]
@@ -323,16 +336,22 @@ def check(
     what = ", ".join(sorted({r.why.split(":")[0][:60] for r in rules}))
     if job.sanitize:
         return  # compute-sanitizer runs the cases only; the normal run judges these
-    case = observed_case(task, job)
-    if facts is None or case is None:
+    default = observed_case(task, job)
+    if facts is None or default is None:
         why = "the build left no record beside the library" if facts is None else "no case to observe"
         notes.append(f"rules on the observed run not checked ({why}): {what}")
         return
-    entries = list(dict.fromkeys(e for r in rules for e in (r.entries or [x.symbol for x in task.entries])))
-    seen: dict[str, Observation] = {}
-    for symbol in entries:
+
+    def case_of(rule: CompiledRule) -> Case:
+        return _case(task, rule.case) if rule.case else default
+
+    calls = list(
+        dict.fromkeys((e, case_of(r).label) for r in rules for e in (r.entries or [x.symbol for x in task.entries]))
+    )
+    seen: dict[tuple[str, str], Observation] = {}
+    for symbol, label in calls:
         try:
-            seen[symbol] = observe(task, eps[symbol], case)
+            seen[symbol, label] = observe(task, eps[symbol], _case(task, label))
         except CheckFailure:
             raise
         except Exception as e:  # the profiler is the grader's tool: its failure is no verdict
@@ -343,7 +362,7 @@ def check(
         return
     for rule in rules:
         for symbol in rule.entries or [x.symbol for x in task.entries]:
-            o = seen[symbol]
+            o = seen[symbol, case_of(rule).label]
             if rule.kind in OBSERVED_SASS_RULES and any(
                 k.sass is None for n in o.kernels if (k := own_kernel(facts, n)) is not None
             ):
@@ -355,5 +374,8 @@ def check(
             message = judge(rule, o, facts)
             if message:
                 raise CheckFailure(Verdict.RULE, message)
-    said = "; ".join(f"`{o.entry}`: {_kernels_said(o).removeprefix('the call ')}" for o in seen.values())
-    notes.append(f"observed on case {case.label}: {said}")
+    for label in dict.fromkeys(label for _, label in seen):
+        said = "; ".join(
+            f"`{o.entry}`: {_kernels_said(o).removeprefix('the call ')}" for o in seen.values() if o.case == label
+        )
+        notes.append(f"observed on case {label}: {said}")

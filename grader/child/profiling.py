@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from grader.child.cudalib import call, check_outputs, device_info, inputs_and_reference, prepare
 from grader.child.ffi import Library
-from grader.records import CheckFailure, ChildJob, Verdict
+from grader.records import CheckFailure, ChildJob, Phase, Stage, Verdict
 from grader.tasks.spec import Case, CudaTask, Task
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def run(task: Task, job: ChildJob, rec: Recorder) -> None:
     for entry in task.entries:
         ep = lib.function(entry.symbol, entry.args)
         where = f"{entry.symbol}, case {case.label}"
-        rec.set(phase=f"warm-up of {where}")
+        rec.at(Stage.TIMING, f"warm-up of {where}")
         inputs, expected = inputs_and_reference(task, entry, case)
         shapes = task.shapes(inputs, expected)
         values, _ = prepare(task, entry, inputs, shapes)
@@ -77,7 +77,7 @@ def run(task: Task, job: ChildJob, rec: Recorder) -> None:
         values, outs = prepare(task, entry, inputs, shapes)  # fresh outputs: the profiled call starts clean
         ready.append((entry, ep, values, outs, expected, where))
     torch.cuda.synchronize()
-    rec.set(phase=f"profiled calls, case {case.label}")
+    rec.at(Stage.TIMING, f"profiled calls, case {case.label}")
     torch.cuda.profiler.start()
     try:
         for entry, ep, values, _, _, where in ready:
@@ -92,4 +92,4 @@ def run(task: Task, job: ChildJob, rec: Recorder) -> None:
             check_outputs(task, entry, outs, expected, where)
         except CheckFailure as f:
             notes.append(f"the profiled output is wrong, so these numbers describe a wrong kernel: {f.message}")
-    rec.set(verdict=Verdict.PASS, phase="done", message=case.label, notes=notes)
+    rec.set(verdict=Verdict.PASS, phase=Phase(Stage.DONE), message=case.label, notes=notes)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from grader import paths, toolchain
-from grader.records import ChildJob, TestOutcome, Verdict
+from grader.records import ChildJob, Phase, Stage, TestOutcome, Verdict
 from grader.tasks.python import DEFAULT_TEST_POINTS, PythonTask
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ class Collector:
                 del sys.modules[name]
 
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
-        self.rec.set(phase=f"test {self.names.get(nodeid, nodeid)}")
+        self.rec.at(Stage.CHECKING, f"test {self.names.get(nodeid, nodeid)}")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         before = self.outcomes.get(report.nodeid)
@@ -187,14 +187,14 @@ def run(task: PythonTask, job: ChildJob, rec: Recorder) -> None:
     # the task's scratch folder: the grading process removes it even if this process is killed
     stage_dir = Path(tempfile.mkdtemp(prefix="stage-", dir=rec.scratch))
     try:
-        rec.set(phase="staging the package")
+        rec.at(Stage.BUILDING, "staging the package")
         stage(task, job.sources, stage_dir)
         sys.path.insert(0, str(stage_dir))
         # the student's environment must not change what the inner session runs (-x, --task, plugins)
         os.environ.pop("PYTEST_ADDOPTS", None)
         os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         collector = Collector(rec, stage_dir, [Path(top).stem for top in task.staged()])
-        rec.set(phase="collecting the tests")
+        rec.at(Stage.CHECKING, "collecting the tests")
         code = pytest.main(inner_args(task, toolchain.has_gpu()), plugins=[collector])
     finally:
         shutil.rmtree(stage_dir, ignore_errors=True)
@@ -217,4 +217,4 @@ def run(task: PythonTask, job: ChildJob, rec: Recorder) -> None:
             f"{' ...' if n > 4 else ''}; a GPU machine grades them too"
         )
     v, message = verdict(tests)
-    rec.set(verdict=v, message=message, phase="done")
+    rec.set(verdict=v, message=message, phase=Phase(Stage.DONE))

@@ -37,8 +37,9 @@ from grader import paths, toolchain
 from grader.build.nvcc import environment_problem, first_error
 from grader.child import timing
 from grader.child.compare import judge
-from grader.child.context import TorchRunContext, chosen_cases, seed_for
-from grader.records import CaseRecord, CheckFailure, ChildJob, Timing, Verdict
+from grader.child.context import TorchRunContext, chosen_cases
+from grader.records import CaseRecord, CheckFailure, ChildJob, Phase, Stage, Timing, TimingMode, Verdict
+from grader.tasks.seeds import seed_for
 from grader.tasks.spec import Case, Rng
 from grader.tasks.torch_ext import TorchExtensionTask, TorchOp
 
@@ -61,6 +62,35 @@ def graded_files(task: TorchExtensionTask, sources: dict[str, str]) -> tuple[lis
         return Path(sources[rel]) if rel in sources else lab / rel
 
     return [where(rel) for rel in task.native_sources()], (where(task.register) if task.register else None)
+
+
+def object_of(source: Path, folder: Path) -> Path:
+    """The object cpp_extension's ninja build compiles `source` into: name.o, or name.cuda.o."""
+    return folder / (f"{source.stem}.cuda.o" if source.suffix == ".cu" else f"{source.stem}.o")
+
+
+def check_references(task: TorchExtensionTask, own: Sequence[Path], lib: Path) -> None:
+    """The task's never_references rules on its own objects: the symbols each leaves undefined
+    (what it calls outside itself), demangled. Raises CheckFailure(rule violation)."""
+    from grader.build.objects import undefined_symbols
+    from grader.build.ptxas import demangle
+
+    rules = [r for r in task.rules if getattr(r, "kind", "") == "never_references"]
+    for source in own if rules else ():
+        obj = object_of(source, lib.parent)
+        names = undefined_symbols(obj)
+        if names is None:
+            raise CheckFailure(
+                Verdict.ENVIRONMENT,
+                f"cannot read {obj.name} (readelf missing, or no such object): the rule on what "
+                f"{source.name} calls is not checked",
+            )
+        called = demangle(names)
+        for rule in rules:
+            bad = sorted({n.split("(")[0] for n in called if re.match(rule.pattern, n)})
+            if bad:
+                shown = ", ".join(bad[:4]) + (f" and {len(bad) - 4} more" if len(bad) > 4 else "")
+                raise CheckFailure(Verdict.RULE, f"{source.name}, as compiled, calls {shown}: {rule.why}")
 
 
 def build_dir(task: TorchExtensionTask, native: Sequence[Path], fingerprint: str) -> Path:
@@ -693,11 +723,15 @@ def run(task: TorchExtensionTask, job: ChildJob, rec: Recorder) -> None:
 
         rec.set(device=device_info())
     native, register = graded_files(task, job.sources)
-    rec.set(phase="building and loading the extension")
-    _, seconds = build(task, native, cuda)
-    notes = [] if seconds is None else [f"built in {seconds:.1f} s (torch.utils.cpp_extension, ninja)"]
+    rec.at(Stage.BUILDING, "building and loading the extension")
+    lib, seconds = build(task, native, cuda)
+    rec.set(build_seconds=seconds)
+    check_references(
+        task, [p for rel, p in zip(task.native_sources(), native, strict=True) if rel in task.sources], lib
+    )
+    notes: list[str] = []
     if register is not None:
-        rec.set(phase=f"importing {register.name}")
+        rec.at(Stage.CHECKING, f"importing {register.name}")
         import_register(task, register)
     fns = {op.name: resolve(op) for op in task.ops}
     report = rec.report
@@ -706,39 +740,39 @@ def run(task: TorchExtensionTask, job: ChildJob, rec: Recorder) -> None:
             draws = task.seeds if case.small and not job.sanitize else 1
             for op in task.ops:
                 for draw in range(draws):
-                    rec.set(phase=f"{op.name}, case {case.label}")
+                    rec.at(Stage.CHECKING, f"{op.name}, case {case.label}")
                     report.cases.append(check_case(task, op, fns[op.name], case, device, draw))
         for case in task.checked_cases():
             for op in task.ops:
                 where = f"{op.name}, case {case.label}"
                 inputs = case_inputs(task, case, device)
                 if op.opcheck and not job.sanitize:
-                    rec.set(phase=f"torch.library.opcheck {where}")
+                    rec.at(Stage.CHECKING, f"torch.library.opcheck {where}")
                     check_registration(task, op, fns[op.name], inputs, where, cuda)
                 if op.grad:
-                    rec.set(phase=f"gradcheck {where}")
+                    rec.at(Stage.CHECKING, f"gradcheck {where}")
                     check_gradients(task, op, fns[op.name], inputs, where, cuda)
                 if op.compile and not job.sanitize:
-                    rec.set(phase=f"torch.compile {where}")
+                    rec.at(Stage.CHECKING, f"torch.compile {where}")
                     check_compile(task, op, fns[op.name], inputs, where, cuda)
         # the custom checks, once the ops pass their own (not under the sanitizer: a check may train a
         # network): a CUDA error out of one is the student's crash (below), any other exception not
         # a CheckFailure is a bug in the spec
         ctx = TorchRunContext(task, device)
         for check in () if job.sanitize else task.checks:
-            rec.set(phase=f"check {check.__name__}")
+            rec.at(Stage.CHECKING, f"check {check.__name__}")
             try:
                 check(ctx)
             finally:
                 notes += ctx.notes
                 ctx.notes.clear()
-        if cuda and job.timing != "off" and not job.sanitize and task.timing_case:
+        if cuda and job.timing != TimingMode.OFF and not job.sanitize and task.timing_case:
             case = task.case(task.timing_case)
-            budget = timing.QUICK if job.timing == "quick" else timing.BENCH
-            rec.set(phase="measuring copy bandwidth")
+            budget = timing.QUICK if job.timing == TimingMode.QUICK else timing.BENCH
+            rec.at(Stage.TIMING, "measuring copy bandwidth")
             copy = timing.copy_bandwidth_gbps()
             for op in task.ops:
-                rec.set(phase=f"timing {op.name}, case {case.label}")
+                rec.at(Stage.TIMING, f"timing {op.name}, case {case.label}")
                 report.timings.append(time_op(task, op, fns[op.name], case, budget, copy))
     except CheckFailure as f:
         rec.set(verdict=f.verdict, message=f.message, notes=notes)
@@ -748,6 +782,6 @@ def run(task: TorchExtensionTask, job: ChildJob, rec: Recorder) -> None:
         # student's; any other error is the grader's own bug
         if cuda_error(e) is None:
             raise
-        rec.set(verdict=Verdict.CRASH, message=op_failure(task, e, report.phase).message, notes=notes)
+        rec.set(verdict=Verdict.CRASH, message=op_failure(task, e, str(report.phase)).message, notes=notes)
         return
-    rec.set(verdict=Verdict.PASS, message="", notes=notes, phase="done")
+    rec.set(verdict=Verdict.PASS, message="", notes=notes, phase=Phase(Stage.DONE))

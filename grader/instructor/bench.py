@@ -23,7 +23,7 @@ from pathlib import Path
 
 from grader import paths, toolchain
 from grader.parent import runner, scoring
-from grader.records import Verdict
+from grader.records import TimingMode, Verdict
 from grader.report import envinfo, files, ladders, timings
 from grader.report.terminal import table
 from grader.tasks import catalogue
@@ -77,7 +77,7 @@ def bench(
         return 2
     env = envinfo.environment()
     timeout = max(BENCH_TIMEOUT, float(os.environ.get("GRADER_TIMEOUT", 0)))
-    opts = runner.Options(solutions=solutions, timing="ladder", timeout=timeout)
+    opts = runner.Options(solutions=solutions, timing=TimingMode.LADDER, timeout=timeout)
     results = {r.task_id: r for r in runner.grade(tasks, opts)}
     say(table(list(results.values())))
     for line in runner.busy_notes(list(results.values())):

@@ -12,13 +12,15 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import os
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from types import ModuleType
 from typing import NamedTuple
 
 from grader import paths
-from grader.records import TaskResult
+from grader.records import TaskResult, TimingMode
 from grader.tasks import NotebookTask, PythonTask, Task, TorchExtensionTask, catalogue
 
 Edits = Sequence[tuple[str, str]]  # (text in the working file, what replaces it)
@@ -155,14 +157,16 @@ def mistake_problems(lab: str) -> list[str]:
 # --- grading them ------------------------------------------------------------------------------
 
 
-def grade(lab: str, names: list[str], sanitize: bool, huge: bool = False, timing: str = "off") -> dict[str, TaskResult]:
+def grade(
+    lab: str, names: list[str], sanitize: bool, huge: bool = False, timing: TimingMode = TimingMode.OFF
+) -> dict[str, TaskResult]:
     """One grading run of the variants `names` (at most one per task), as `make test-labN` grades."""
     from grader.parent import runner
 
     chosen = [task_of(lab, n) for n in names]
     assert len({t.task_id for t in chosen}) == len(chosen), f"one variant per task in a grading run: {names}"
     files = {t.task_id: sources(lab, t, n) for t, n in zip(chosen, names, strict=True)}
-    timeout = 120 if huge or timing == "bench" else (60 if timing != "off" else 20)
+    timeout = 120 if huge or timing == TimingMode.BENCH else (60 if timing != TimingMode.OFF else 20)
     # a notebook runs all its cells before its checks, an extension is built in the task process
     # (a cold build takes about a minute), and a Python task's tests build kernels and run models
     # there (lab 5's generation on the GPU): their own limits, not a kernel's
@@ -184,28 +188,51 @@ def one_per_task(names: list[str]) -> list[list[str]]:
     return batches
 
 
-def grade_lab(lab: str, gpu: bool, huge: bool = True, at_build: bool = False) -> dict[str, TaskResult]:
+Run = tuple[str, list[str], bool, bool, TimingMode]  # one grading run: lab, names, sanitize, huge, timing
+
+
+def _grade_run(run: Run) -> dict[str, TaskResult]:
+    lab, names, sanitize, huge, timing = run
+    return grade(lab, names, sanitize, huge, timing)
+
+
+def _worker_setup() -> None:
+    # the fork server forks one task process at a time: workers that share it would take turns
+    os.environ["GRADER_FORKSERVER"] = "0"
+
+
+def grade_lab(lab: str, gpu: bool, huge: bool = True, at_build: bool = False, jobs: int = 1) -> dict[str, TaskResult]:
     """Every variant of `lab`, graded: its batches, the sanitized ones, the huge ones, the timed ones.
     Without a GPU, the variants of tasks that need none (and, with `at_build`, those of GPU tasks
-    that the build decides)."""
+    that the build decides). `jobs` grading runs at once (the untimed ones: the timed ones run
+    alone afterwards, so that no other run shares the GPU while they are timed)."""
     broken = catalogue_of(lab)
-    out: dict[str, TaskResult] = {}
+    untimed: list[Run] = []
+    timed: list[Run] = []
+    off = TimingMode.OFF
     if not gpu:
         chosen = set(broken.AT_BUILD) if at_build else set()
         cpu = [n for batch in broken.BATCHES for n in batch if not needs_gpu(lab, n) or n in chosen]
-        for batch in one_per_task(cpu):
-            out.update(grade(lab, batch, sanitize=False))
-        return out
-    for batch in broken.BATCHES:
-        out.update(grade(lab, batch, sanitize=False))
-    if broken.SANITIZED:
-        out.update(grade(lab, broken.SANITIZED, sanitize=True))
-    if broken.HUGE and huge:
-        out.update(grade(lab, broken.HUGE, sanitize=False, huge=True))
-    # they game only the timed calls: timing on, with benchmark timing as `make grade` scores them
-    # (quick timing's few calls let a run's noise decide a close target, either way)
-    for batch in one_per_task(broken.TIMED):
-        out.update(grade(lab, batch, sanitize=False, timing="bench"))
+        untimed = [(lab, batch, False, False, off) for batch in one_per_task(cpu)]
+    else:
+        untimed = [(lab, batch, False, False, off) for batch in broken.BATCHES]
+        if broken.SANITIZED:
+            untimed.append((lab, broken.SANITIZED, True, False, off))
+        if broken.HUGE and huge:
+            untimed.append((lab, broken.HUGE, False, True, off))
+        # they game only the timed calls: timing on, with benchmark timing as `make grade` scores
+        # them (quick timing's few calls let a run's noise decide a close target, either way)
+        timed = [(lab, batch, False, False, TimingMode.BENCH) for batch in one_per_task(broken.TIMED)]
+    out: dict[str, TaskResult] = {}
+    if jobs > 1 and len(untimed) > 1:
+        with ProcessPoolExecutor(min(jobs, len(untimed)), initializer=_worker_setup) as pool:
+            for results in pool.map(_grade_run, untimed):
+                out.update(results)
+    else:
+        for run in untimed:
+            out.update(_grade_run(run))
+    for run in timed:
+        out.update(_grade_run(run))
     return out
 
 
@@ -245,10 +272,10 @@ def tally(lab: str, results: dict[str, TaskResult]) -> dict[str, Tally]:
     return dict(sorted(counts.items()))
 
 
-def check_lab(lab: str, gpu: bool, say: Callable[[str], None]) -> list[str]:
-    """Grades `lab`'s variants, prints caught / graded per class, and returns one problem per
-    variant the grader let through (or judged with the wrong verdict)."""
-    results = grade_lab(lab, gpu, huge=False, at_build=True)
+def check_lab(lab: str, gpu: bool, say: Callable[[str], None], jobs: int = 1) -> list[str]:
+    """Grades `lab`'s variants (`jobs` grading runs at once), prints caught / graded per class,
+    and returns one problem per variant the grader let through (or judged with the wrong verdict)."""
+    results = grade_lab(lab, gpu, huge=False, at_build=True, jobs=jobs)
     problems = [p for n, r in results.items() if (p := missed(lab, n, r))]
     counts = tally(lab, results)
     caught = sum(t.caught for t in counts.values())

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from grader.child.compare import judge
-from grader.child.context import seed_for
 from grader.parent.runner import run_prepare
+from grader.tasks.seeds import seed_for
 from grader.tasks.spec import Buffer, CudaTask, Entry, Rng, Task, clone_values, torch_dtype
 
 MAX_ELEMENTS = 1 << 21  # larger cases add time, not evidence

@@ -49,7 +49,7 @@ from pathlib import Path
 
 from grader import paths, toolchain
 from grader.parent import runner
-from grader.records import TaskResult
+from grader.records import TaskResult, TimingMode
 from grader.report import envinfo
 from grader.report.files import markdown, write_json
 from grader.tasks import catalogue
@@ -62,7 +62,11 @@ GRADED_FILES = ("results.json", "submission.json", "summary.md", "error.txt")  #
 POLL_SECONDS = 0.2  # how often the coordinator looks for a worker that finished
 TAIL_LINES = 8  # of a failed worker's log, said and kept in error.txt
 SLURM_CPUS = 8  # per shard: nvcc builds a submission's tasks in parallel
-SLURM_MINUTES = {"off": 3, "quick": 5, "bench": 10}  # a shard's --time allows this per submission, and 30 more
+SLURM_MINUTES = {
+    TimingMode.OFF: 3,
+    TimingMode.QUICK: 5,
+    TimingMode.BENCH: 10,
+}  # a shard's --time allows this per submission, and 30 more
 
 
 @dataclass
@@ -341,7 +345,7 @@ def _start(entry: Path, gpu: str, out: Path, opts: runner.Options) -> _Job:
     (out / name).mkdir(parents=True, exist_ok=True)
     log = out / name / "grading.log"
     cmd = [sys.executable, "-m", "grader", "submission", str(entry.absolute())]
-    cmd += ["--out", str(out.absolute()), "--name", name, "--timing", opts.timing]
+    cmd += ["--out", str(out.absolute()), "--name", name, "--timing", str(opts.timing)]
     cmd += ["--sanitize"] if opts.sanitize else []
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu, "PYTHONUNBUFFERED": "1"}
     with log.open("wb") as f:

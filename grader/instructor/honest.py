@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from grader import paths
 from grader.instructor.broken import materialize, one_per_task, task_of
-from grader.records import TaskResult
+from grader.records import TaskResult, TimingMode
 
 SEEDS = ("1", "2", "3")  # GRADER_SEED values each alternative is graded under
 
@@ -74,7 +74,7 @@ def secret_seed(seed: str) -> Iterator[None]:
             os.environ["GRADER_SEED"] = old
 
 
-def grade_lab(lab: str, seed: str, timing: str = "off") -> dict[str, TaskResult]:
+def grade_lab(lab: str, seed: str, timing: TimingMode = TimingMode.OFF) -> dict[str, TaskResult]:
     """Every alternative of `lab`, graded under GRADER_SEED=`seed`, one per task in a run."""
     from grader.parent import runner
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from grader import paths, toolchain
 from grader.build.nvcc import BuildResult, BuildUnit, build_all
-from grader.records import ChildJob, ChildReport, Verdict
+from grader.records import ChildJob, ChildReport, TimingMode, Verdict
 from grader.tasks.spec import CudaTask
 
 # The sections that answer "why is it slow": throughput against the roofs, occupancy and what
@@ -458,7 +458,7 @@ def profile(task_id: str, solutions: bool, say: Callable[[str], None]) -> int:
         spec=task.spec_file,
         sources={rel: str(p) for rel, p in sources.items()},
         lib=str(built.lib),
-        timing="off",
+        timing=TimingMode.OFF,
         variant=variant,
         profile=True,
     )

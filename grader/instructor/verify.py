@@ -21,7 +21,7 @@ from grader.instructor import broken, skeletons
 from grader.instructor.calibration import calibrate
 from grader.parent import runner, scoring
 from grader.parent.static_checks import check_source
-from grader.records import TaskResult, Verdict
+from grader.records import TaskResult, TimingMode, Verdict
 from grader.tasks import catalogue
 from grader.tasks.spec import Task
 
@@ -77,8 +77,8 @@ def check_gates(tasks: list[Task], gpu: bool, say: Callable[[str], None]) -> lis
     timeout = max(GATE_TIMEOUT, float(os.environ.get("GRADER_TIMEOUT", 0)))
     problems: list[str] = []
     results: list[TaskResult] = []
-    for mode in ("bench", "ladder"):
-        group = [t for t in chosen if needs_ladder(t) == (mode == "ladder")]
+    for mode in (TimingMode.BENCH, TimingMode.LADDER):
+        group = [t for t in chosen if needs_ladder(t) == (mode == TimingMode.LADDER)]
         results += runner.grade(group, runner.Options(solutions=True, timing=mode, timeout=timeout)) if group else []
     for line in runner.busy_notes(results):
         say(f"  {line}")
@@ -94,27 +94,30 @@ def check_gates(tasks: list[Task], gpu: bool, say: Callable[[str], None]) -> lis
     return problems
 
 
-def check_variants(labs: list[str], gpu: bool, say: Callable[[str], None]) -> list[str]:
+def check_variants(labs: list[str], gpu: bool, say: Callable[[str], None], jobs: int = 1) -> list[str]:
     """Grades every broken variant of `labs` (those a CPU can grade, without a GPU) and prints,
     per lab and mistake class, how many the grader caught; one problem per variant let through."""
     problems: list[str] = []
     for lab in (lab for lab in broken.labs() if lab in labs):
-        problems += broken.check_lab(lab, gpu, say)
+        problems += broken.check_lab(lab, gpu, say, jobs)
     return problems
 
 
-def verify(labs: list[str], say: Callable[[str], None], variants: bool = True) -> int:
+def verify(labs: list[str], say: Callable[[str], None], variants: bool = True, jobs: int = 1) -> int:
     tasks = [t for t in catalogue.all_tasks(labs) if paths.solution_source(t.lab_dir(), t.source).exists()]
     if not tasks:
         say("no reference solutions in this tree (a student release?): nothing to verify")
         return 2
+    verified = {t.lab for t in tasks}
     problems: list[str] = [
-        f"{f} differs from its solution's skeleton: run `make skeletons`" for f in skeletons.drifted()
+        f"{f} differs from its solution's skeleton: run `make skeletons`"
+        for f in skeletons.drifted()
+        if f.split("/")[0] in verified
     ]
     gpu = toolchain.has_gpu()
     say(f"verifying {len(tasks)} tasks on {'the GPU' if gpu else 'the CPU only (no GPU: compile + calibration)'}")
-    skel = {r.task_id: r for r in runner.grade(tasks, runner.Options(force_run=True, timing="off"))}
-    sol = {r.task_id: r for r in runner.grade(tasks, runner.Options(solutions=True, timing="off"))}
+    skel = {r.task_id: r for r in runner.grade(tasks, runner.Options(force_run=True, timing=TimingMode.OFF))}
+    sol = {r.task_id: r for r in runner.grade(tasks, runner.Options(solutions=True, timing=TimingMode.OFF))}
     width = max(len(f"{t.task_id} {t.title}") for t in tasks)
     say(f"{'task'.ljust(width)}  {'skeleton':<22}  {'solution':<22}  calibration")
     notes: list[str] = []
@@ -155,7 +158,7 @@ def verify(labs: list[str], say: Callable[[str], None], variants: bool = True) -
     problems += check_gates(tasks, gpu, say)
     if variants:
         say("")
-        problems += check_variants(sorted({t.lab for t in tasks}), gpu, say)
+        problems += check_variants(sorted({t.lab for t in tasks}), gpu, say, jobs)
     if problems:
         say("\nproblems:\n  " + "\n  ".join(problems))
         return 1

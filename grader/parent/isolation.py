@@ -124,17 +124,11 @@ def read_capped(path: Path, limit: int = OUTPUT_READ) -> str:
 class Child:
     """One task process. Give it its job with feed() (unless it got one up front), then wait().
 
-    `base` names its files (base.out, base.err); `policy`, when given, sandboxes it."""
+    `base` names its files (base.out, base.err); `policy`, when given, sandboxes it. Two kinds:
+    SpawnedChild, a fresh interpreter, and ForkedChild, from the fork server. They differ in how
+    the process starts, how it is told things and how its exit status arrives; wait() is one."""
 
-    def __init__(
-        self,
-        base: Path,
-        job: ChildJob | None = None,
-        wrapper: list[str] | None = None,
-        env: dict[str, str] | None = None,
-        server: socket.socket | None = None,
-        policy: sandbox.Policy | None = None,
-    ) -> None:
+    def __init__(self, base: Path, env: dict[str, str] | None, policy: sandbox.Policy | None) -> None:
         base.parent.mkdir(parents=True, exist_ok=True)
         self.out, self.err = base.with_suffix(".out"), base.with_suffix(".err")
         self.channel = ReportChannel()
@@ -155,49 +149,32 @@ class Child:
             self.inbox.chmod(0o755)  # the sandbox's user (nobody) reads it, whatever the umask
             policy = dataclasses.replace(policy, readable=(*policy.readable, str(self.inbox)))
         self.policy = policy
-        self.server = server
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.pid: int | None = None
         self.started = time.perf_counter()
-        key_line = self.channel.key.hex() + "\n"
-        if server is None:
-            prefix = sandbox.command(policy) if policy else []
-            cmd = [*prefix, *(wrapper or []), sys.executable, "-m", "grader.child", *self.args]
-            with self.out.open("wb") as out, self.err.open("wb") as err:
-                self.proc = subprocess.Popen(
-                    cmd,
-                    cwd=paths.ROOT,
-                    env=self.env,
-                    stdin=subprocess.PIPE,
-                    stdout=out,
-                    stderr=err,
-                    pass_fds=(self.channel.write_fd,),
-                    start_new_session=True,
-                )
-            self._write(key_line)
-        else:  # forked at once: it sets up CUDA while nvcc runs, then reads its job
-            self.pid = forkserver.request(
-                server, self.args, self.env, self.out, self.err, self.channel.write_fd, policy
-            )
-            self._write(key_line)
-        self.channel.sent()
         self._fed = False
-        if job is not None:  # known up front (the sanitizer's runs)
-            self.feed(job)
+
+    # --- what each kind does its own way --------------------------------------------------------
 
     def _write(self, line: str) -> None:
-        if self.server is not None:
-            try:
-                self.server.sendall(line.encode())
-            except OSError:
-                pass
-            return
-        assert self.proc is not None and self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(line.encode())
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            pass
+        """A line on the process's stdin (a process that has gone away is not an error here)."""
+        raise NotImplementedError
+
+    def _status(self, timeout: float) -> int | None:
+        """The exit status (negative for a signal), None when it cannot be known; TimeoutError
+        when the process is still running after `timeout` seconds."""
+        raise NotImplementedError
+
+    def _close(self) -> None:
+        """Lets go of the process's stdin (or socket)."""
+
+    def kill(self) -> None:
+        raise NotImplementedError
+
+    # --- the same for both ----------------------------------------------------------------------
+
+    def _started(self) -> None:
+        """The process exists: send its report key first, then give up our end of its pipe."""
+        self._write(self.channel.key.hex() + "\n")
+        self.channel.sent()
 
     def feed(self, job: ChildJob | None) -> None:
         """Hands the child its job; None tells it to exit (the build failed)."""
@@ -236,37 +213,22 @@ class Child:
         )
 
     def wait(self, timeout: float) -> ChildRun:
+        """Waits for the process to end, at most `timeout` seconds before its process group is
+        killed; what it reported, printed and returned."""
         if not self._fed:
             self.feed(None)
         timed_out = False
-        code: int | None
-        if self.server is not None:
+        try:
+            code = self._status(timeout)
+        except TimeoutError:
+            timed_out = True
+            self.kill()
             try:
-                code = forkserver.read_status(self.server, timeout)
+                code = self._status(30)
             except TimeoutError:
-                timed_out = True
-                _kill_group(self.pid or 0)
-                try:
-                    code = forkserver.read_status(self.server, 30)
-                except (OSError, ConnectionError, ValueError):
-                    code = None
-            except (OSError, ConnectionError, ValueError):
                 code = None
-            self.server.close()
-        else:
-            assert self.proc is not None
-            try:
-                code = self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_group(self.proc.pid)
-                code = self.proc.wait()
-            if self.proc.stdin is not None:
-                self.proc.stdin.close()
+        self._close()
         report = self.channel.final()
-        held = None
-        if self.policy is not None:
-            held = report.sandbox or None
         return ChildRun(
             code,
             timed_out,
@@ -275,15 +237,101 @@ class Child:
             report,
             time.perf_counter() - self.started,
             forged=self.channel.forged,
-            sandbox=held,
+            sandbox=(report.sandbox or None) if self.policy is not None else None,
         )
 
+
+class SpawnedChild(Child):
+    """A task process in a fresh interpreter (`python -m grader.child`): it imports torch while
+    the grading process builds, then reads its job from stdin. `wrapper` goes before the
+    interpreter (compute-sanitizer); `job`, when known up front, is sent at once."""
+
+    def __init__(
+        self,
+        base: Path,
+        job: ChildJob | None = None,
+        wrapper: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        policy: sandbox.Policy | None = None,
+    ) -> None:
+        super().__init__(base, env, policy)
+        prefix = sandbox.command(self.policy) if self.policy else []
+        cmd = [*prefix, *(wrapper or []), sys.executable, "-m", "grader.child", *self.args]
+        with self.out.open("wb") as out, self.err.open("wb") as err:
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=paths.ROOT,
+                env=self.env,
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=err,
+                pass_fds=(self.channel.write_fd,),
+                start_new_session=True,
+            )
+        self._started()
+        if job is not None:
+            self.feed(job)
+
+    def _write(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(line.encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def _status(self, timeout: float) -> int | None:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise TimeoutError from None
+
+    def _close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+
     def kill(self) -> None:
-        if self.proc is not None:
-            _kill_group(self.proc.pid)
-            self.proc.wait()
-        elif self.pid is not None:
-            _kill_group(self.pid)
+        _kill_group(self.proc.pid)
+        self.proc.wait()
+
+
+class ForkedChild(Child):
+    """A task process forked at once by the fork server over `server` (a connected socket): it
+    sets up CUDA while nvcc runs, then reads its job from the socket, its stdin."""
+
+    def __init__(
+        self,
+        base: Path,
+        server: socket.socket,
+        env: dict[str, str] | None = None,
+        policy: sandbox.Policy | None = None,
+    ) -> None:
+        super().__init__(base, env, policy)
+        self.server = server
+        self.pid = forkserver.request(
+            server, self.args, self.env, self.out, self.err, self.channel.write_fd, self.policy
+        )
+        self._started()
+
+    def _write(self, line: str) -> None:
+        try:
+            self.server.sendall(line.encode())
+        except OSError:
+            pass
+
+    def _status(self, timeout: float) -> int | None:
+        try:
+            return forkserver.read_status(self.server, timeout)
+        except TimeoutError:
+            raise
+        except (OSError, ConnectionError, ValueError):  # the server went away: the status is lost
+            return None
+
+    def _close(self) -> None:
+        self.server.close()
+
+    def kill(self) -> None:
+        _kill_group(self.pid)
 
 
 def new_child(base: Path, policy: sandbox.Policy | None = None) -> Child:
@@ -292,9 +340,9 @@ def new_child(base: Path, policy: sandbox.Policy | None = None) -> Child:
     if forkserver.enabled():
         sock = forkserver.connect()
         if sock is not None:
-            return Child(base, server=sock, policy=policy)
+            return ForkedChild(base, sock, policy=policy)
         forkserver.start_in_background(sandbox.scrubbed_env(child_env()))
-    return Child(base, policy=policy)
+    return SpawnedChild(base, policy=policy)
 
 
 def signal_name(returncode: int | None) -> str:

@@ -8,6 +8,7 @@ nvcc), then a `ChildJob` for the task process (grader/child), whose `ChildReport
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import shutil
@@ -20,11 +21,11 @@ from pathlib import Path
 
 from grader import paths, toolchain
 from grader.build.nvcc import BuildResult, BuildUnit, build_all
-from grader.child.context import task_key
 from grader.parent import sandbox, sanitizer, scoring
-from grader.parent.isolation import Child, ChildRun, child_env, new_child, signal_name
+from grader.parent.isolation import Child, ChildRun, SpawnedChild, child_env, new_child, signal_name
 from grader.parent.static_checks import check_build, check_source
-from grader.records import ChildJob, SanitizerRun, TaskResult, Verdict
+from grader.records import ChildJob, SanitizerRun, Stage, TaskResult, TimingMode, Verdict
+from grader.tasks.seeds import task_key
 from grader.tasks.spec import CudaTask, Task
 
 DEFAULT_TIMEOUT = 60.0
@@ -33,13 +34,16 @@ DEFAULT_TIMEOUT = 60.0
 @dataclass
 class Options:
     solutions: bool = False  # grade labN/solutions/* instead of the student files
-    timing: str = "quick"  # off | quick | bench
+    timing: TimingMode = TimingMode.QUICK  # a string of its values is taken too (a command line's)
     sanitize: bool = False  # also run compute-sanitizer memcheck and racecheck
     force_run: bool = False  # run the checks even on an untouched skeleton (make verify)
     huge: bool = False  # also the cases past 2^31 elements (make grade)
     timeout: float | None = None  # overrides every task's own; None: the task's, else GRADER_TIMEOUT
     sandbox: bool = field(default_factory=sandbox.enabled)  # untrusted code: grader/parent/sandbox.py
     output_bytes: int = 256 << 20  # in the sandbox, the most a task may write to one file (its output too)
+
+    def __post_init__(self) -> None:
+        self.timing = TimingMode(self.timing)  # "bnech" fails here, not as an untimed run
 
     def timeout_for(self, task: Task) -> float:
         if self.timeout is not None:
@@ -115,7 +119,7 @@ def grade(
     `overrides` replaces, per task id, which files are graded (the grader's own tests use it to
     grade deliberately broken variants and fixture tasks).
     """
-    others = toolchain.other_gpu_processes() if opts.timing != "off" else []
+    others = toolchain.other_gpu_processes() if opts.timing != TimingMode.OFF else []
     busy = f"{BUSY} ({', '.join(others)}): the times may be low; nvidia-smi lists them" if others else ""
     for result in _grade(tasks, opts, overrides or {}):
         task = next(t for t in tasks if t.task_id == result.task_id)
@@ -182,7 +186,7 @@ def _grade(
             res = _grade_one(t, sources[t.task_id], variants[t.task_id], b, opts, gpu, scratch / str(i), child)
             res.notes = notes.get(t.task_id, []) + res.notes
             if b is not None and b.cached is False:
-                res.notes.append(f"built in {build_seconds:.1f} s")
+                res.build_seconds = build_seconds
             yield res
     finally:  # also when the consumer stops early (pytest -x)
         if pending is not None:
@@ -272,7 +276,7 @@ def _from_child(task: Task, src: Path, run: ChildRun, timeout: float) -> TaskRes
     r = run.result
     tail = _last_output(run.stderr or "")
     if run.timed_out:
-        if "build" in r.phase:
+        if r.phase.stage == Stage.BUILDING:
             why = "the build did not finish (a cold PyTorch-extension build takes about a minute on a busy machine)"
         elif task.kind in ("cuda", "torch_ext"):
             why = (
@@ -314,7 +318,17 @@ def _from_child(task: Task, src: Path, run: ChildRun, timeout: float) -> TaskRes
         message = "internal grader error (please report it):\n" + message
     if r.verdict == Verdict.CRASH and tail:
         message += f"\nits last output:\n{tail}"
-    return _result(task, src, r.verdict, message, cases=r.cases, timings=r.timings, tests=r.tests, notes=list(r.notes))
+    return _result(
+        task,
+        src,
+        r.verdict,
+        message,
+        cases=r.cases,
+        timings=r.timings,
+        tests=r.tests,
+        notes=list(r.notes),
+        build_seconds=r.build_seconds,
+    )
 
 
 def _last_output(stderr: str) -> str:
@@ -331,7 +345,7 @@ def _sanitize(task: Task, job: ChildJob, opts: Options, base: Path, res: TaskRes
     """The task's small cases under memcheck, then racecheck: findings in its own sources, and a
     record of each tool's run (a tool that could not run is said so, never taken as clean)."""
     env = {**child_env(), "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}  # one allocation per tensor: memcheck sees bounds
-    job = ChildJob(**{**job.__dict__, "timing": "off", "sanitize": True})
+    job = dataclasses.replace(job, timing=TimingMode.OFF, sanitize=True)
     names = {Path(p).name for p in job.sources.values()}
     findings: list[sanitizer.Finding] = []
     for tool in sanitizer.TOOLS:
@@ -341,7 +355,7 @@ def _sanitize(task: Task, job: ChildJob, opts: Options, base: Path, res: TaskRes
             res.sanitizer.append(SanitizerRun(tool, "not run", str(e)))
             continue
         policy = opts.policy(base.with_name(f"{base.name}-{tool}.work"))
-        child = Child(base.with_name(f"{base.name}-{tool}"), job=job, wrapper=wrapper, env=env, policy=policy)
+        child = SpawnedChild(base.with_name(f"{base.name}-{tool}"), job=job, wrapper=wrapper, env=env, policy=policy)
         run = child.wait(opts.timeout_for(task) * 4)
         report = run.stdout + run.stderr
         log = paths.BUILD / "sanitizer" / f"{task.lab}-{task.number}.{tool}.log"

@@ -385,6 +385,18 @@ def _sass(rule: Rule, facts: BuildFacts, entries: tuple[str, ...]) -> str | None
     return None
 
 
+def _no_sass(rule: Rule, facts: BuildFacts, entries: tuple[str, ...]) -> str | None:
+    named = getattr(rule, "kernels", "")
+    for entry, kernels in _kernels_of(rule, facts, entries):
+        chosen = [k for k in kernels if not named or re.search(named, k.kernel)]
+        for k in chosen:
+            found = sorted({op for op in k.sass or () if re.match(rule.pattern, op)})
+            if found:
+                name = k.kernel.split("(")[0]
+                return f"{_whom(entry)} {name}, whose SASS has {', '.join(found[:3])}: {rule.why}"
+    return None  # (without cuobjdump here, the task process judges the kernels that ran)
+
+
 def _inline_ptx(rule: Rule, facts: BuildFacts, entries: tuple[str, ...]) -> str | None:
     for entry, kernels in _kernels_of(rule, facts, entries):
         if not any(re.search(rule.pattern, i) for k in kernels for i in k.inline_asm):
@@ -419,5 +431,6 @@ _JUDGES: dict[str, Callable[[Rule, BuildFacts, tuple[str, ...]], str | None]] = 
     "inline_ptx": _inline_ptx,
     "sass": _sass,
     "sass_reached": _sass,
+    "no_sass": _no_sass,
     "kernel_named": _kernel_named,
 }

@@ -69,7 +69,7 @@ def markdown(results: list[TaskResult], env: dict[str, Any]) -> str:
         lines += ["## compute-sanitizer", "", "| task | tool | result |", "| --- | --- | --- |"]
         lines += [f"| {r.task_id} | {s.tool} | {s.status}{': ' + s.detail if s.detail else ''} |" for r, s in sanitized]
         lines.append("")
-    noted = [(r, n) for r in results for n in r.notes if not n.startswith("built in")]
+    noted = [(r, n) for r in results for n in r.notes]
     if noted:
         lines += ["## Notes", ""] + [f"- {r.task_id}: {n}" for r, n in noted] + [""]
     failing = [r for r in results if r.message and str(r.verdict) != "pass"]

@@ -30,8 +30,8 @@ def flops_cell(t: Timing | None) -> str:
 
 
 def details(r: TaskResult) -> list[str]:
-    """What a task that did not pass says: its message, then its notes (but not how long it built)."""
-    return [*r.message.splitlines(), *(f"note: {n}" for n in r.notes if "built in" not in n)]
+    """What a task that did not pass says: its message, then its notes."""
+    return [*r.message.splitlines(), *(f"note: {n}" for n in r.notes)]
 
 
 def table(results: list[TaskResult], with_details: bool = False) -> str:

@@ -51,6 +51,7 @@ class CompiledRule(Rule):
     entries: tuple[str, ...] = ()
     count: int = 0
     kernels: str = ""  # executes: a regex on the names of the kernels it speaks of ("": any)
+    case: str = ""  # the case of its observed call ("": the one grader/child/observe.py picks)
 
     @property
     def observed(self) -> bool:
@@ -67,6 +68,7 @@ OBSERVED_KINDS = frozenset(
         "no_tensor_cores",
         "inline_ptx",
         "sass",
+        "no_sass",
         "kernels",
         "library_kernels",
         "graph_replay",
@@ -131,6 +133,14 @@ def never_calls(symbols: str, why: str, entries: str | Sequence[str] = ()) -> Ru
     return CompiledRule("never_calls", symbols, why, entries=_entries(entries))
 
 
+def never_references(names: str, why: str) -> Rule:
+    """A PyTorch-extension task's own objects (its C++/CUDA files as compiled, not the course's)
+    leave no symbol undefined whose demangled name matches `names` at its start (a regex:
+    "at::|torch::|cblas_"): the compiled form of "no torch, no BLAS here", whatever an include
+    macro, a namespace alias or a wrapper spells. Judged in the task process, after its build."""
+    return CompiledRule("never_references", names, why)
+
+
 def calls_each_time(api: str, why: str, entries: str | Sequence[str] = ()) -> Rule:
     """As `calls`, and on a GPU the observed call of each of `entries` makes a CUDA runtime call
     matching `api` (cudaMemcpyAsync, cudaGraphLaunch ...)."""
@@ -156,11 +166,12 @@ def pinned_copies(why: str, entries: str | Sequence[str] = ()) -> Rule:
     return CompiledRule("pinned_copies", "", why, entries=_entries(entries))
 
 
-def uses_tensor_cores(why: str, entries: str | Sequence[str] = (), kernels: str = "") -> Rule:
+def uses_tensor_cores(why: str, entries: str | Sequence[str] = (), kernels: str = "", case: str = "") -> Rule:
     """A kernel the entry points reach (named like `kernels`, a regex, if given) executes
     tensor-core instructions (SASS: HMMA, HGMMA ...); on a GPU, one the observed call launched
-    does."""
-    return CompiledRule("tensor_cores", kernels, why, entries=_entries(entries))
+    does. `case` names the case of that call where the path depends on the shape (a GEMM beside
+    a GEMV for one row)."""
+    return CompiledRule("tensor_cores", kernels, why, entries=_entries(entries), case=case)
 
 
 def uses_cuda_cores(why: str, entries: str | Sequence[str] = (), kernels: str = "") -> Rule:
@@ -190,6 +201,14 @@ def executes(
     return CompiledRule(kind, opcode, why, entries=_entries(entries), kernels=kernels)
 
 
+def never_executes(opcode: str, why: str, entries: str | Sequence[str] = (), kernels: str = "") -> Rule:
+    """No kernel the entry points reach (named like `kernels`, if given) has a SASS instruction
+    matching `opcode`; on a GPU, none the observed call launched from the task's files has. The
+    compiled form of "no divergent branch" (BSSY/BSYNC: the reconvergence a divergent branch
+    needs; a branch the compiler turned into predicated or selected instructions has none)."""
+    return CompiledRule("no_sass", opcode, why, entries=_entries(entries), kernels=kernels)
+
+
 def launches_kernel(kernels: str, why: str, entries: str | Sequence[str] = ()) -> Rule:
     """A kernel named like `kernels` (a regex on the demangled name: CUTLASS's
     `cutlass::gemm::kernel::Gemm<...LinearCombinationRelu...>`) is compiled and reached by the
@@ -213,8 +232,8 @@ def library_does_the_product(why: str, entries: str | Sequence[str] = (), only: 
 
 # the rule kinds that read a kernel's machine instructions (the build then runs cuobjdump), and
 # those of them judged on the observed call too
-SASS_RULES = ("tensor_cores", "no_tensor_cores", "sass", "sass_reached")
-OBSERVED_SASS_RULES = ("tensor_cores", "no_tensor_cores", "sass")
+SASS_RULES = ("tensor_cores", "no_tensor_cores", "sass", "sass_reached", "no_sass")
+OBSERVED_SASS_RULES = ("tensor_cores", "no_tensor_cores", "sass", "no_sass")
 
 
 def shown(pattern: str) -> str:

@@ -25,7 +25,7 @@ def forkserver_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[l
     monkeypatch.setattr(forkserver, "socket_path", lambda: sock)
     monkeypatch.setenv("GRADER_FORKSERVER", "1")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "grader.parent.forkserver", str(sock)], cwd=paths.ROOT, env=child_env()
+        [sys.executable, "-m", "grader.child.forkserver", str(sock)], cwd=paths.ROOT, env=child_env()
     )
     forked: list[int] = []
     request = forkserver.request

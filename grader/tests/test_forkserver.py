@@ -8,7 +8,7 @@ import pytest
 
 from grader import paths
 from grader.parent import forkserver
-from grader.parent.isolation import Child, child_env
+from grader.parent.isolation import ForkedChild, child_env
 from grader.records import ChildJob, Verdict
 
 
@@ -17,7 +17,7 @@ def server(tmp_path, monkeypatch):
     sock = tmp_path / "fs.sock"
     monkeypatch.setattr(forkserver, "socket_path", lambda: sock)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "grader.parent.forkserver", str(sock)], cwd=paths.ROOT, env=child_env()
+        [sys.executable, "-m", "grader.child.forkserver", str(sock)], cwd=paths.ROOT, env=child_env()
     )
     deadline = time.time() + 60
     while not sock.exists() and time.time() < deadline:
@@ -31,7 +31,7 @@ def test_forked_child_runs_a_task_and_reports(server, tmp_path):
     spec = paths.ROOT / "lab1" / "tests" / "test_01_vector_add.py"
     sock = forkserver.connect()
     assert sock is not None
-    child = Child(tmp_path / "r.json", server=sock)
+    child = ForkedChild(tmp_path / "r.json", sock)
     child.feed(ChildJob(spec=str(spec), sources={}, lib=str(tmp_path / "missing.so"), timing="off"))
     run = child.wait(60)
     assert run.returncode == 0 and not run.timed_out
@@ -42,7 +42,7 @@ def test_forked_child_that_hangs_is_killed(server, tmp_path, monkeypatch):
     spec = tmp_path / "test_99_hang.py"
     spec.write_text("import time\ntime.sleep(120)\n")
     sock = forkserver.connect()
-    child = Child(tmp_path / "r.json", server=sock)
+    child = ForkedChild(tmp_path / "r.json", sock)
     monkeypatch.setenv("GRADER_NO_GPU", "1")
     child.feed(ChildJob(spec=str(spec), sources={}, lib=str(tmp_path / "x.so"), timing="off"))
     run = child.wait(1.0)

@@ -344,7 +344,7 @@ def test_the_cpu_twin_reruns_fast_after_a_one_line_edit():
         CPU_SPEC, CPU_KERNEL, lambda s: s.replace("out[i] = alpha * x[i] + y[i];", "out[i] = y[i] + alpha * x[i];")
     )
     assert result.verdict == Verdict.PASS, result.message
-    assert any("built in" in n for n in result.notes), "the edit must have been recompiled"
+    assert result.build_seconds is not None, "the edit must have been recompiled"
     print(f"C++ extension re-run after a one-line edit: {seconds:.2f} s")
 
 
@@ -382,7 +382,7 @@ def test_on_a_gpu_a_rerun_after_a_one_line_kernel_edit_rebuilds_only_the_kernel(
         GPU_SPEC, KERNEL, lambda s: s.replace("constexpr int kThreads = 256;", "constexpr int kThreads = 128;")
     )
     assert result.verdict == Verdict.PASS, result.message
-    assert any("built in" in n for n in result.notes), "the edit must have been recompiled"
+    assert result.build_seconds is not None, "the edit must have been recompiled"
     print(f"CUDA extension re-run after a one-line edit: {seconds:.2f} s ({result.notes})")
 
 

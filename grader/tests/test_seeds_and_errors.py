@@ -1,5 +1,5 @@
-from grader.child.context import seed_for
 from grader.child.cudalib import _is_cuda_error
+from grader.tasks.seeds import seed_for
 from grader.tasks.spec import CudaTask
 
 

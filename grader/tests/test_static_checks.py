@@ -4,7 +4,10 @@ memory and barriers), whatever the spelling."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -14,7 +17,7 @@ from grader.build.nvcc import BuildFacts, BuildResult, BuildUnit, KernelFacts, b
 from grader.parent.static_checks import check_build, check_source
 from grader.records import Verdict
 from grader.tasks import catalogue
-from grader.tasks.rules import NO_LIBRARIES, uses_shared_memory, uses_syncthreads
+from grader.tasks.rules import NO_LIBRARIES, never_executes, uses_shared_memory, uses_syncthreads
 from grader.tasks.spec import CudaTask, Rule
 
 
@@ -233,3 +236,50 @@ def test_the_lab1_solutions_own_includes_break_no_rule():
         assert not r.facts.library_headers and not [h for h in r.facts.headers if packages.library_of_header(h)]
         out = check_build(t, r, sources[t.task_id])
         assert out.verdict is None, f"{t.task_id}: {out.message}"
+
+
+# --- rules on the SASS and on what an extension's object calls -----------------------------------
+
+
+def sass_kernel(name: str, *opcodes: str) -> KernelFacts:
+    k = kernel(name)
+    k.sass = list(opcodes)
+    return k
+
+
+def test_never_executes_names_the_kernel_and_the_instructions_it_forbids():
+    rule = never_executes(r"BSSY|BSYNC", "no divergence")
+    clean = BuildFacts(kernels=[sass_kernel("uniform(float*)", "FFMA", "BRA", "EXIT")])
+    assert judge(rule, clean)[0] is None
+    branchy = BuildFacts(kernels=[sass_kernel("uniform(float*)", "BSSY", "BSYNC", "FFMA")])
+    verdict, message = judge(rule, branchy)
+    assert verdict == Verdict.RULE and "uniform" in message and "BSSY, BSYNC" in message and "no divergence" in message
+
+
+def test_never_executes_without_cuobjdump_leaves_the_judgement_to_the_observed_call():
+    assert judge(never_executes("BSSY", "x"), BuildFacts(kernels=[kernel("k(float*)")]))[0] is None
+    assert never_executes("BSSY", "x").observed  # type: ignore[attr-defined]
+
+
+def test_an_extension_object_calling_aten_through_an_alias_is_caught(tmp_path, monkeypatch):
+    """never_references reads what the compiled object leaves undefined: a namespace alias and an
+    include macro change nothing there."""
+    from grader.child.torch_ext import check_references
+    from grader.records import CheckFailure
+    from grader.tasks.rules import never_references
+
+    if not shutil.which("g++") or not shutil.which("readelf"):
+        pytest.skip("needs g++ and readelf")
+    src = tmp_path / "t.cpp"
+    src.write_text(
+        "namespace at { namespace _ops { struct addmm { static int call(int); }; } }\n"
+        "namespace lib = at;\nint f(int x) { return lib::_ops::addmm::call(x); }\n"
+    )
+    subprocess.run(["g++", "-c", str(src), "-o", str(tmp_path / "t.o")], check=True)
+    ext = SimpleNamespace(rules=[never_references(r"at::_ops::\w*mm", "the products are yours")])
+    with pytest.raises(CheckFailure) as failure:
+        check_references(ext, [src], tmp_path / "ext.so")  # type: ignore[arg-type]
+    assert failure.value.verdict == Verdict.RULE
+    assert "t.cpp, as compiled, calls at::_ops::addmm::call" in failure.value.message
+    ext = SimpleNamespace(rules=[never_references(r"cblas_", "x")])
+    check_references(ext, [src], tmp_path / "ext.so")  # type: ignore[arg-type]

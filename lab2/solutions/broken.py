@@ -113,6 +113,35 @@ VARIANTS: dict[str, Variant] = {
         " elements past it in n = 2^20+7 and 2^24 are never written",
         mistake="no grid-stride loop",
     ),
+    "02_divergence.branches_spelled_by_macros": Variant(
+        "02_divergence.cu",
+        [
+            (
+                "template <int p>\n__device__ __forceinline__ float piece_poly(float t) {\n",
+                "#define WHEN if\n#define OTHERWISE else\n\n"
+                "template <int p>\n__device__ __forceinline__ float piece_poly(float t) {\n",
+            ),
+            (
+                "        const Piece q = piece_of(v);\n"
+                "        const float t = fmaf(q.a, v, q.b);\n"
+                "        float acc = coef(DEGREE);\n"
+                "#pragma unroll\n"
+                "        for (int j = DEGREE - 1; j >= 0; --j) acc = fmaf(acc, t, coef(j));\n"
+                "        y[i] = fmaf(q.s, acc, q.o);\n",
+                "        float f;\n"
+                "        WHEN (v <= bound(1)) f = piece_poly<0>(fmaf(piece(0).a, v, piece(0).b));\n"
+                "        OTHERWISE WHEN (v <= bound(2)) f = piece_poly<1>(fmaf(piece(1).a, v, piece(1).b));\n"
+                "        OTHERWISE WHEN (v <= bound(3)) f = piece_poly<2>(fmaf(piece(2).a, v, piece(2).b));\n"
+                "        OTHERWISE f = piece_poly<3>(fmaf(piece(3).a, v, piece(3).b));\n"
+                "        y[i] = f;\n",
+            ),
+        ],
+        {"rule violation"},
+        "whose SASS has BSSY",
+        "the branchy if / else chain, spelled WHEN / OTHERWISE by macros defined above the region, so a text"
+        " rule on `if` and `else` in the region never sees it; the compiled kernel reconverges (BSSY, BSYNC)",
+        mistake="divergent branch",
+    ),
     "02_divergence.boundary_to_the_right": Variant(
         "02_divergence.cu",
         [
@@ -1274,6 +1303,7 @@ BATCHES = [
     [
         "05_graph.bind_set_on_the_built_graph",
         "13_softmax.one_pass_variance",
+        "02_divergence.branches_spelled_by_macros",
     ],
 ]
 # graded with compute-sanitizer as well (one run: one variant per task)

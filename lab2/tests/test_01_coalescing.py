@@ -12,8 +12,9 @@ misaligned_views also catches a kernel that picks its 16-byte path from some of 
 kernel without its grid-stride loop leaves their ends unwritten.
 """
 
-from grader.child.context import RunContext, seed_for
+from grader.child.context import RunContext
 from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, In, Out, PerfTarget, Size, Verdict
+from grader.tasks.seeds import seed_for
 from grader.tasks.spec import Rng
 
 ARGS = [In("a", "i64"), In("b", "i64"), Out("c", "i64"), Size("n")]

@@ -30,6 +30,7 @@ the tolerance wherever |t| < 0.93.
 """
 
 from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, In, Out, PerfTarget, Rule, Size
+from grader.tasks.rules import never_executes
 
 ARGS = [In("x"), Out("y"), Size("n")]
 SIZES = [1, 31, 32, 33, 1000, (1 << 20) + 7]
@@ -123,6 +124,10 @@ MISTAKES = {
     "boundary value": "the injected -1, 0 and 1 (every 16th element from the 6th, n >= 22)",
     "no grid-stride loop": "n = 2^20 + 7 and 2^24, more elements than the fixed grid has threads",
     "polynomial degree": "the injected -2, -1, 0, 1 and 2, which map to t = +-1, where the top term c_56 t^56 is 3e-4",
+    "divergent branch": (
+        "the compiled rule: no kernel piecewise_uniform reaches has BSSY or BSYNC, the reconvergence a divergent"
+        " branch compiles to, however the source spells the branch"
+    ),
 }
 
 TASK = CudaTask(
@@ -140,7 +145,17 @@ TASK = CudaTask(
     make_inputs=make_inputs,
     tolerance={"f32": (1e-5, 1e-5)},
     timing_case=label(TIMING),
-    rules=[NO_LIBRARIES, NO_BRANCH],
+    rules=[
+        NO_LIBRARIES,
+        NO_BRANCH,
+        # the compiled half: a branch spelled some other way (a macro, a helper above the region)
+        # still compiles to a divergent region that reconverges; a select or predicated code does not
+        never_executes(
+            r"BSSY|BSYNC",
+            "piecewise_uniform_kernel must not branch by piece: its compiled code may not diverge and reconverge",
+            "piecewise_uniform",
+        ),
+    ],
     perf=[PerfTarget("piecewise_uniform", "speedup_over:piecewise_branchy", 2.0, 2, gate=True)],
 )
 

@@ -85,7 +85,7 @@ def sizes_change_between_calls(ctx: RunContext) -> None:
     when n does, and a graph is rebuilt when n or the buffers changed."""
     import numpy as np
 
-    from grader.child.context import seed_for
+    from grader.tasks.seeds import seed_for
     from grader.tasks.spec import Rng
 
     before = "the first call"

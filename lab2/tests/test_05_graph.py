@@ -33,9 +33,10 @@ of the other input, and its launch is off by a whole node's share, far past rtol
 same input must also agree bit for bit. It costs a few milliseconds on the GPU.
 """
 
-from grader.child.context import RunContext, seed_for
+from grader.child.context import RunContext
 from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, In, Int, Out, PerfTarget
 from grader.tasks.rules import calls, never_calls, replays_graph
+from grader.tasks.seeds import seed_for
 from grader.tasks.spec import Rng
 
 ARGS = [In("in"), Out("out"), Int("n")]

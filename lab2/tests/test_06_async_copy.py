@@ -31,9 +31,10 @@ neither copy: the 40 back-to-back calls and the cases get x unscaled.
 
 import ctypes
 
-from grader.child.context import RunContext, seed_for
+from grader.child.context import RunContext
 from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, Float, HostIn, HostOut, Int, PerfTarget
 from grader.tasks.rules import calls_each_time, pinned_copies
+from grader.tasks.seeds import seed_for
 from grader.tasks.spec import Rng
 
 ARGS = [HostIn("x"), HostOut("y"), Int("n"), Float("a")]

@@ -54,10 +54,11 @@ several units, or negative (NaN), and y is off by 1 or more in every row of the 
 unbiased variance is off by 1.5% of y at 33 columns, up to about 5e-2: it fails the check too.
 """
 
-from grader.child.context import RunContext, seed_for
+from grader.child.context import RunContext
 from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, Float, In, Int, Out, PerfTarget, uses_shared_memory
 from grader.tasks.ladder import Ladder
 from grader.tasks.rules import executes
+from grader.tasks.seeds import seed_for
 from grader.tasks.spec import Rng
 
 SOFTMAX_ARGS = [In("x"), Out("y"), Int("rows"), Int("cols")]

@@ -59,10 +59,26 @@ VARIANTS: dict[str, Variant] = {
     ),
     "01_cpu_inference.uses_torch": Variant(
         "01_cpu_inference.cpp",
-        [("#include <cstdint>\n", "#include <cstdint>\n#include <ATen/ATen.h>  // at::matmul would do the work\n")],
+        [
+            (
+                "#include <cstdint>\n",
+                "#include <cstdint>\n#define LIBRARY_HEADER <ATen/ATen.h>\n#include LIBRARY_HEADER\n"
+                "namespace lib = at;\n",
+            ),
+            (
+                "    // TODO(lab3/01) begin: y[i][j]",
+                "    {\n        auto t = [](const float* p, int64_t r, int64_t c) {\n"
+                "            return lib::from_blob(const_cast<float*>(p), {r, c}, lib::kFloat);\n        };\n"
+                "        lib::Tensor out_view = t(y, batch, out);\n"
+                "        lib::addmm_out(out_view, t(b, 1, out).expand({batch, out}), t(x, batch, in),"
+                " t(w, out, in).t());\n"
+                "        return;\n    }\n    // TODO(lab3/01) begin: y[i][j]",
+            ),
+        ],
         {"rule violation"},
-        "plain C++",
-        "includes ATen: the source rule forbids torch, ATen and BLAS in the student's file",
+        "as compiled, calls at::",
+        "ATen's addmm does the layer, reached through an include macro and a namespace alias that a text rule"
+        " on `at::` and `#include <ATen` does not see; the compiled object refers to at::_ops::addmm_out",
         mistake="a library does the work",
     ),
     "01_cpu_inference.unrolled_by_8_no_remainder": Variant(
@@ -520,6 +536,23 @@ VARIANTS: dict[str, Variant] = {
         "the binding (the course's, edited to save the copies) hands the kernel data pointers of strided views",
         mistake="non-contiguous inputs",
     ),
+    "06_extension.forward_by_aten": Variant(
+        "06_extension.cu",
+        [
+            ("#include <ATen/ops/empty.h>\n", "#include <ATen/ops/empty.h>\n#include <ATen/ops/addmm.h>\n"),
+            (
+                '    // "CUDA error" is what the grader reads as a crash of yours\n',
+                "    namespace lib = at;  // the product by ATen (cuBLAS), spelled so that no text rule sees it\n"
+                "    y.copy_(lib::addmm(bc, xc, wc.t()));\n"
+                '    // "CUDA error" is what the grader reads as a crash of yours\n',
+            )
+        ],
+        {"rule violation"},
+        "as compiled, calls at::_ops::addmm",
+        "the forward's result comes from ATen's addmm through a namespace alias: the compiled .cu refers to"
+        " at::_ops::addmm",
+        mistake="a library does the work",
+    ),
     "06_extension.grad_x_by_broadcast": Variant(
         "06_extension.py",
         [
@@ -671,6 +704,7 @@ BATCHES = [
     ],
     ["04_cudnn.direct_filter_transposed", "06_extension.binding_skips_contiguous", "07_faster.weights_copied_once"],
     ["04_cudnn.graph_rebuilt_every_call", "06_extension.grad_x_by_broadcast", "07_faster.lt_in_tf32"],
+    ["06_extension.forward_by_aten"],
 ]
 SANITIZED: list[str] = []
 AT_BUILD: list[str] = []

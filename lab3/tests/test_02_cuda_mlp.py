@@ -49,7 +49,7 @@ reports the time against torch (cuBLAS in float32, TF32 off by default), which a
 kernel does not beat; gates are set once measured on an H100.
 """
 
-from grader.child.context import RunContext, seed_for
+from grader.child.context import RunContext
 from grader.tasks import (
     NO_LIBRARIES,
     Case,
@@ -62,6 +62,7 @@ from grader.tasks import (
     uses_shared_memory,
     uses_syncthreads,
 )
+from grader.tasks.seeds import seed_for
 from grader.tasks.spec import Rng
 
 IMAGE, HIDDEN, CLASSES = 784, 1000, 10

@@ -46,9 +46,10 @@ torch at B = 4096, 784 -> 1000.
 """
 
 from grader.child.compare import past_tf32_bound
-from grader.child.context import RunContext, seed_for
+from grader.child.context import RunContext
 from grader.tasks import Case, CudaTask, Entry, In, Int, Out, PerfTarget
 from grader.tasks.rules import calls, library_does_the_product
+from grader.tasks.seeds import seed_for
 from grader.tasks.spec import Rng
 
 ARGS_LT = [In("x"), In("w"), In("b"), Out("y"), Int("B"), Int("in"), Int("out")]

@@ -48,9 +48,10 @@ TF32 allowed as torch's default), the cuDNN one over the direct one, and linear_
 4096 x 784 -> 1000 against torch's relu(addmm) with TF32 allowed too (the precision of the plan).
 """
 
-from grader.child.context import RunContext, seed_for
+from grader.child.context import RunContext
 from grader.tasks import Case, CudaTask, Entry, In, Int, Out, PerfTarget
 from grader.tasks.rules import calls, library_does_the_product, no_library
+from grader.tasks.seeds import seed_for
 from grader.tasks.spec import Rng
 
 TF32 = 2.0**-9 + 2.0**-20  # the largest relative error of a product of two TF32-rounded float32 values

@@ -48,9 +48,10 @@ settings at 4096 x 4096 -> 4096.
 """
 
 from grader.child.compare import past_tf32_bound
-from grader.child.context import RunContext, seed_for
+from grader.child.context import RunContext
 from grader.tasks import Case, CudaTask, Entry, In, Int, Out, PerfTarget
 from grader.tasks.rules import launches, launches_kernel, uses_cuda_cores, uses_tensor_cores
+from grader.tasks.seeds import seed_for
 from grader.tasks.spec import Rng
 
 ARGS = [In("x"), In("w"), In("b"), Out("y"), Int("B"), Int("in"), Int("out")]

@@ -49,9 +49,10 @@ import functools
 import statistics
 import time
 
-from grader.child.context import RunContext, seed_for
+from grader.child.context import RunContext
 from grader.tasks import Case, CudaTask, Entry, HostIn, HostOut, In, Int, PerfTarget
 from grader.tasks.rules import calls, pinned_copies, replays_graph
+from grader.tasks.seeds import seed_for
 from grader.tasks.spec import Rng
 
 U = 2.0**-24  # float32's unit roundoff

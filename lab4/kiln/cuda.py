@@ -77,20 +77,16 @@ def build_kernels(
     loaded, and each entry point of `signatures` (name -> argtypes) declared as returning a
     cudaError_t. The sources include their header as "<package>/kernels/<header>.h": the include
     folder is the one above the package. Lab 5's kernels are built the same way."""
-    from grader.build.nvcc import BuildUnit, build_all
-    from grader.toolchain import ToolchainError
+    from grader.build import BuildError, shared_library
 
-    sources = tuple(sorted(folder.glob("*.cu")))
+    sources = sorted(folder.glob("*.cu"))
     if not sources:
         raise KilnRunError(f"no CUDA sources in {folder}")
-    unit = BuildUnit(name=name, sources=sources, group=group, stem=stem, include_dirs=(folder.parent.parent,))
     try:
-        result = build_all([unit])[unit]
-    except ToolchainError as e:
-        raise KilnRunError(f"cannot build {name}: {e}") from None
-    if not result.ok or result.lib is None:
-        raise KilnRunError(f"building {name} ({', '.join(s.name for s in sources)}) failed: {result.error}")
-    lib = ctypes.CDLL(str(result.lib))
+        path = shared_library(name, sources, group=group, stem=stem, include_dirs=[folder.parent.parent])
+    except BuildError as e:
+        raise KilnRunError(str(e)) from None
+    lib = ctypes.CDLL(str(path))
     missing = [entry for entry in signatures if not hasattr(lib, entry)]
     if missing:
         raise KilnRunError(f"{name}: the library defines no {', '.join(missing)} (see the header in {folder.name}/)")

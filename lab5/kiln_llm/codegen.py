@@ -344,8 +344,7 @@ def compile_fused(node: Node) -> FusedFn:
 def compile_many(nodes: Sequence[Node]) -> list[FusedFn]:
     """compile_fused for several nodes: the missing kernels go into one source file, one nvcc run
     (a model's distinct structures cost the time of one build, not one build each)."""
-    from grader.build.nvcc import BuildUnit, build_all
-    from grader.toolchain import ToolchainError
+    from grader.build import BuildError, shared_library
 
     keys = [cache_key(n) for n in nodes]
     todo: dict[Any, Node] = {}  # key -> a node to generate its kernel from
@@ -363,15 +362,12 @@ def compile_many(nodes: Sequence[Node]) -> list[FusedFn]:
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{stem}.cu"
         _write_if_changed(path, source_file(structures))
-        unit = BuildUnit(name=f"{len(structures)} fused kernel(s)", sources=(path,), group="lab5/fused", stem=stem)
         try:
-            result = build_all([unit])[unit]
-        except ToolchainError as e:
-            raise KilnRunError(f"cannot build the fused kernels: {e}") from None
-        if not result.ok or result.lib is None:
+            lib_path = shared_library(f"{len(structures)} fused kernel(s)", [path], group="lab5/fused", stem=stem)
+        except BuildError as e:
             what = ", ".join(f"%{n.name} (fused) {n.attrs['program']!r}" for n in todo.values())
-            raise KilnRunError(f"{what}: building {path} failed: {result.error}")
-        lib = ctypes.CDLL(str(result.lib))
+            raise KilnRunError(f"{what}: {e}") from None
+        lib = ctypes.CDLL(str(lib_path))
         for key, s in built.items():
             fn = getattr(lib, s.symbol)
             fn.argtypes = [_P, ctypes.POINTER(_P), ctypes.POINTER(ctypes.c_int64), _P]

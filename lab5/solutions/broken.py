@@ -430,6 +430,20 @@ VARIANTS: dict[str, Variant] = {
         "the tensor-core GEMM drops the last k % 32 products",
         mistake="k tail",
     ),
+    "03_linear.prefill_off_the_tensor_cores": Variant(
+        "kiln_llm/kernels/linear.cu",
+        [
+            (
+                "        launch_gemm<T, EPI>(vec, out, x, w, extra, m, n, k, stream);\n",
+                "        launch_gemm<T, EPI>(false, out, x, w, extra, m, n, k, stream);\n",
+            )
+        ],
+        {"rule violation"},
+        "tensor-core instruction",
+        "prefill always takes the CUDA-core GEMM: the tensor-core kernel is compiled, reached in the source and"
+        " never launched (a text rule on mma_sync passed it)",
+        mistake="tensor cores compiled, not used",
+    ),
     "03_linear.epilogue_add_skipped": Variant(
         "kiln_llm/kernels/linear.cu",
         [
@@ -674,7 +688,11 @@ BATCHES = [
         "02_llama_kernels.attention_ignores_scale",
         "03_linear.prologue_eps_hard_coded",
     ],
-    ["01_llama_ops.softmax_without_the_max", "02_llama_kernels.rmsnorm_eps_outside_the_root"],
+    [
+        "01_llama_ops.softmax_without_the_max",
+        "02_llama_kernels.rmsnorm_eps_outside_the_root",
+        "03_linear.prefill_off_the_tensor_cores",
+    ],
     ["01_llama_ops.scores_rounded_to_the_dtype", "02_llama_kernels.prefill_without_the_max"],
     ["02_llama_kernels.prefill_scores_in_the_dtype"],
     ["05_llama_graph.gpu_decode_never_advances_pos"],

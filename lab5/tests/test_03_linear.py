@@ -65,7 +65,8 @@ traffic can hide in L2; at 1x32000x4096 (262 MB) at most a fifth, as for lab 2's
 
 from grader.child.context import CUDA_ERROR_INVALID_VALUE as INVALID_VALUE
 from grader.child.context import RunContext
-from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, In, Int, Out, PerfTarget, Rule
+from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, In, Int, Out, PerfTarget
+from grader.tasks.rules import uses_tensor_cores
 from grader.tasks.spec import Float, Rng, Scalar, torch_dtype
 
 STREAM = Scalar("stream", "u64")
@@ -289,7 +290,7 @@ def rmsnorm_prologue(ctx: RunContext) -> None:
     import torch
 
     from grader.child.compare import judge
-    from grader.child.context import seed_for
+    from grader.tasks.seeds import seed_for
 
     rng = Rng(seed_for(ctx.task, "rmsnorm prologue"), "cuda")
     cases = [(dt, *c) for dt in DTYPES for c in PROLOGUE] + [("f32", 5, 37, 33, 2, 1.0)]
@@ -377,7 +378,7 @@ def stacked_qkv(ctx: RunContext) -> None:
     import torch
 
     from grader.child.compare import judge
-    from grader.child.context import seed_for
+    from grader.tasks.seeds import seed_for
 
     rng = Rng(seed_for(ctx.task, "stacked qkv"), "cuda")
     cases = [(dt, *c) for dt in DTYPES for c in STACKS] + [("f32", 1, 12, 6, 6, 33, 1.0)]
@@ -423,7 +424,7 @@ def odd_k_in_f32(ctx: RunContext) -> None:
     import torch
 
     from grader.child.compare import judge
-    from grader.child.context import seed_for
+    from grader.tasks.seeds import seed_for
 
     rng = Rng(seed_for(ctx.task, "odd k"), "cuda")
     atol, rtol = TOLERANCE["f32"]
@@ -531,10 +532,20 @@ TASK = CudaTask(
         "stacked weights": "stacked_qkv: wq, wk and wv apart in memory, NaN rows between them",
         "warp reduction": "rmsnorm_prologue: every lane's share of the sum of squares differs",
         "attribute at its LLaMA value": "rmsnorm_prologue and stacked_qkv: eps 1e-3 for x of scale 1e-2",
+        "tensor cores compiled, not used": (
+            "the observed call on 512x4096x4096 must launch a kernel whose SASS has HMMA: a tensor-core kernel"
+            " that is compiled but never launched does not count"
+        ),
     },
     rules=[
         NO_LIBRARIES,
-        Rule("require", r"\bmma_sync\s*\(|\bmma\.sync\b", "prefill multiplies on the tensor cores", strings=True),
+        # judged on what ran: the prefill case's call must launch a kernel whose SASS has HMMA, so a
+        # tensor-core kernel compiled beside a GEMM that never takes its path does not count
+        uses_tensor_cores(
+            "prefill multiplies on the tensor cores (f16 and bf16)",
+            ("kiln_linear_f16", "kiln_linear_bf16"),
+            case=PREFILL_TIMING,
+        ),
     ],
     perf=[
         PerfTarget("kiln_linear_f16", "share_of_copy", 0.85, 2, gate=True),

@@ -23,14 +23,22 @@ Test:      make test-lab5 TASK=06
 
     python -m llama.generate --prompt "Once upon a time"          # from lab5/; the embedded tiny model
     python -m llama.generate --model ~/models/llama2-7b --prompt "..." --max-new-tokens 64
+
+The command line (`make generate`) answers an unusable model, or a task of labs 4 and 5 that the run
+needs and that is not done yet, with a line that says so and exit status 2 or 1 (`--traceback` shows
+the error whole instead); `--solutions` runs the reference solutions of every task.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import re
+import shutil
 import sys
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,10 +46,14 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .checkpoint import CheckpointError
+from .config import ConfigError
+from .tokenizer import TokenizerError
+
 if TYPE_CHECKING:
     from .model import LlamaModel
 
-__all__ = ["GenerateResult", "LoopResult", "Sampler", "decode_loop", "generate", "main"]
+__all__ = ["GenerateError", "GenerateResult", "LoopResult", "Sampler", "decode_loop", "generate", "main"]
 
 LAB = Path(__file__).resolve().parents[1]  # lab5/ (or the staged copy of it)
 Log = Callable[[str], None]
@@ -159,6 +171,12 @@ def decode_loop(
 # --- generate: loading, streaming and statistics (given) --------------------------------------------
 
 
+class GenerateError(ValueError):
+    """A run that cannot start as asked: no tokenizer beside the model, a prompt the model cannot
+    take, a device that is not there. The command line says it in one line, as it does a
+    CheckpointError, ConfigError or TokenizerError."""
+
+
 @dataclass
 class GenerateResult:
     """One generation: the new text and tokens (the prompt's not included) and how fast it went."""
@@ -179,7 +197,7 @@ def find_tokenizer(model_path: Path) -> Path:
     for name in ("tokenizer.json", "tokenizer.bin"):
         if (folder / name).is_file():
             return folder / name
-    raise FileNotFoundError(f"{model_path}: no tokenizer.json or tokenizer.bin in {folder}; pass one with --tokenizer")
+    raise GenerateError(f"{model_path}: no tokenizer.json or tokenizer.bin in {folder}; pass one with --tokenizer")
 
 
 def default_device() -> str:
@@ -220,23 +238,26 @@ def generate(
         model_path = str(ensure_tiny_model(log=log))
     device = device or default_device()
     if device not in ("cpu", "cuda"):
-        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+        raise GenerateError(f"device must be 'cpu' or 'cuda', got {device!r}")
     if device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device='cuda' but torch sees no CUDA GPU; use device='cpu'")
+        raise GenerateError("device='cuda' but torch sees no CUDA GPU; use device='cpu'")
     if device == "cpu":
         say("running on the CPU (kiln's CPU executor): expect a few tokens per second on a large model")
 
     path = Path(model_path)
+    # a missing tokenizer is said before the weights load (13 GB of them for a 7B model); a missing
+    # model is the loader's to say
+    tok_path = tokenizer_path or (find_tokenizer(path) if path.exists() else None)
     config, weights = load(path, dtype=dtype, progress=_loading(path, say))
-    tok = load_tokenizer(tokenizer_path or find_tokenizer(path), config.vocab_size)
+    tok = load_tokenizer(tok_path or find_tokenizer(path), config.vocab_size)
     if tok.vocab_size > config.vocab_size:
-        raise ValueError(f"the tokenizer has {tok.vocab_size} tokens but the model only {config.vocab_size}")
+        raise GenerateError(f"the tokenizer has {tok.vocab_size} tokens but the model only {config.vocab_size}")
     ids = tok.encode(prompt, bos=tok.bos_id is not None)
     if not ids:
-        raise ValueError("the prompt is empty and the tokenizer has no BOS token to start from")
+        raise GenerateError("the prompt is empty and the tokenizer has no BOS token to start from")
     room = config.max_seq_len - len(ids)
     if room <= 0:
-        raise ValueError(f"the prompt is {len(ids)} tokens; the model's context is {config.max_seq_len}")
+        raise GenerateError(f"the prompt is {len(ids)} tokens; the model's context is {config.max_seq_len}")
     if max_new_tokens > room:
         say(f"stopping at the model's context of {config.max_seq_len} tokens: {room} new tokens at most")
         max_new_tokens = room
@@ -295,9 +316,10 @@ def generate(
 # --- the reference solutions, for --solutions (given) ---------------------------------------------
 
 
-def use_solutions(packages: Sequence[str] = ("../lab4/kiln", "kiln_llm", "llama")) -> None:
+def use_solutions(packages: Sequence[str] = ("../lab4/kiln", "kiln_llm", "llama")) -> Path | None:
     """Makes `import llama`, `kiln_llm` and `kiln` find the reference solutions from now on.
 
+    They are staged in a temporary folder (returned), which goes when the process exits.
     `tiny` is not staged: it trains the embedded model into lab5/models/ beside itself, and a staged
     copy would train a second one in a temporary folder."""
     root = str(LAB.parent)
@@ -305,12 +327,119 @@ def use_solutions(packages: Sequence[str] = ("../lab4/kiln", "kiln_llm", "llama"
         sys.path.insert(0, root)
     from grader.staging import use_packages
 
-    use_packages(LAB, list(packages), solutions=True)
+    staged = use_packages(LAB, list(packages), solutions=True)
+    if staged is not None:
+        # at exit, not when this returns: the staged modules are imported (and, on a GPU, their
+        # kernels built) later; an error or Ctrl-C on the way out removes it too
+        atexit.register(shutil.rmtree, staged, ignore_errors=True)
     # the lab's own copies may be imported already (this module is one): forget them
     tops = {Path(p).name for p in packages}
     for name in list(sys.modules):
         if name.partition(".")[0] in tops:
             del sys.modules[name]
+    return staged
+
+
+# --- tasks not done yet (given) ---------------------------------------------------------------------
+
+# The task files a run executes, by device, named from lab5/ as the task specs name them: a TODO
+# region still as given in one of them means the run cannot work (a NotImplementedError somewhere in
+# the middle, or on a GPU an empty kernel's garbage), so the command line names the task first.
+# The CPU runs lab 4's CPU executor and lab 5's CPU kernels; the GPU lab 4's planner, kernels and
+# CUDA executor (capture.py for the CUDA graph), lab 5's kernels and fusion pass. Both run 05 and 06.
+TASK_FILES = {
+    "cpu": ("../lab4/kiln/cpu.py", "kiln_llm/cpu.py", "llama/model.py", "llama/generate.py"),
+    "cuda": (
+        "../lab4/kiln/planner.py",
+        "../lab4/kiln/kernels/pointwise.cu",
+        "../lab4/kiln/kernels/matmul.cu",
+        "../lab4/kiln/kernels/layout.cu",
+        "../lab4/kiln/cuda.py",
+        "../lab4/kiln/capture.py",
+        "kiln_llm/kernels/llama.cu",
+        "kiln_llm/kernels/linear.cu",
+        "kiln_llm/fusion.py",
+        "llama/model.py",
+        "llama/generate.py",
+    ),
+}
+GRAPH_ONLY = ("../lab4/kiln/capture.py",)  # what --no-graph does not run
+SOLUTIONS_HINT = "`make generate SOLUTIONS=1` runs the reference solutions"
+
+
+@dataclass
+class NotDone:
+    """One task the run needs whose file still has TODO regions as given."""
+
+    lab: str  # "lab4"
+    number: str  # "02"
+    file: Path
+    lines: list[int]  # where its untouched regions begin
+
+    def line(self) -> str:
+        more = f" and {len(self.lines) - 1} more TODO regions" if len(self.lines) > 1 else ""
+        return (
+            f"lab {self.lab[3:]} task {self.number} is not done yet: {_shown(self.file)}:{self.lines[0]}{more} "
+            f"still as given (`make test-{self.lab} TASK={self.number}` grades it)"
+        )
+
+
+def _shown(path: Path) -> str:
+    """A path from the repository root, as a student finds it."""
+    try:
+        return str(path.resolve().relative_to(LAB.parent))
+    except ValueError:
+        return str(path)
+
+
+def not_done(device: str, *, use_graph: bool = True) -> list[NotDone]:
+    """The tasks of labs 4 and 5 that a run on `device` needs and that are not done yet: files
+    with a TODO region that holds nothing but its given stub lines (the grader's "untouched").
+    Empty when the grader cannot be imported or a file's markers are broken: the run then finds
+    out for itself (and a NotImplementedError is still answered in one line)."""
+    try:
+        from grader.paths import lab_file
+        from grader.tasks.regions import RegionError, untouched_regions
+    except ImportError:
+        return []
+    found: dict[tuple[str, str], NotDone] = {}
+    for name in TASK_FILES[device]:
+        if name in GRAPH_ONLY and not use_graph:
+            continue
+        home, inner = lab_file(LAB, name)
+        path = home / inner
+        try:
+            regions = untouched_regions(path.read_text(encoding="utf-8"), str(path))
+        except (OSError, UnicodeDecodeError, RegionError):
+            continue
+        for region in regions:
+            lab, _, number = region.tag.partition("/")
+            task = found.setdefault((lab, number), NotDone(lab, number, path, []))
+            if task.file == path:
+                task.lines.append(region.begin_line)
+    return sorted(found.values(), key=lambda t: (int(t.lab[3:]), t.number))
+
+
+def not_done_message(tasks: Sequence[NotDone]) -> str:
+    return "\n".join([*(t.line() for t in tasks), f"{SOLUTIONS_HINT} instead."])
+
+
+TAGGED = re.compile(r"^(?P<lab>lab\d+)/(?P<number>\d+)\b:?\s*(?P<what>.*)$", re.DOTALL)
+
+
+def not_implemented_message(error: NotImplementedError) -> str | None:
+    """The line for a stub that raised, `NotImplementedError("lab5/05: prefill")`; None for one
+    without a task's tag (a bug, whose traceback is wanted)."""
+    m = TAGGED.match(str(error))
+    if m is None:
+        return None
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f" ({_shown(Path(frames[-1].filename))}:{frames[-1].lineno})" if frames else ""
+    what = f": {m['what'].strip()}{where}" if m["what"].strip() else where
+    return (
+        f"lab {m['lab'][3:]} task {m['number']} is not done yet{what}; "
+        f"{SOLUTIONS_HINT} (`make test-{m['lab']} TASK={m['number']}` grades yours)"
+    )
 
 
 # --- the command line (given) ----------------------------------------------------------------------
@@ -353,6 +482,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--no-fuse", action="store_true", help="compile without the fusion pass (task 04)")
     ap.add_argument("--no-graph", action="store_true", help="launch kernels one by one, no CUDA graph")
     ap.add_argument("--solutions", action="store_true", help="run the reference solutions, not your files")
+    ap.add_argument("--traceback", action="store_true", help="show an unusable model's or a missing task's error whole")
     return ap
 
 
@@ -366,21 +496,35 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(piece)
         sys.stdout.flush()
 
-    r = generate(
-        args.model,
-        args.prompt,
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        seed=args.seed,
-        device=args.device,
-        on_text=show,
-        dtype=args.dtype,
-        tokenizer_path=args.tokenizer,
-        log=_stderr,
-        fuse=not args.no_fuse,
-        use_graph=not args.no_graph,
-    )
+    try:
+        r = generate(
+            args.model,
+            args.prompt,
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            seed=args.seed,
+            device=args.device,
+            on_text=show,
+            dtype=args.dtype,
+            tokenizer_path=args.tokenizer,
+            log=_stderr,
+            fuse=not args.no_fuse,
+            use_graph=not args.no_graph,
+        )
+    except (CheckpointError, ConfigError, TokenizerError, GenerateError) as e:
+        # what the user gave cannot be used: the loaders' messages say what and where
+        if getattr(args, "traceback", False):
+            raise
+        _stderr(f"{parser().prog}: error: {e}")
+        return 2
+    except NotImplementedError as e:
+        # a stub the static check (not_done) could not see; in the reference solutions, a bug
+        said = None if args.solutions or getattr(args, "traceback", False) else not_implemented_message(e)
+        if said is None:
+            raise
+        _stderr(said)
+        return 1
     show("")  # the prompt, if no text came
     memory = f"GPU memory {_gib(r.gpu_memory_bytes)}" if r.gpu_memory_bytes else "no GPU memory"
     print(
@@ -392,11 +536,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    ap = parser()
+    args = ap.parse_args(argv)
     if args.max_new_tokens < 1:
-        parser().error("--max-new-tokens must be at least 1")
+        ap.error("--max-new-tokens must be at least 1")
+    if not args.temperature >= 0.0:  # also refuses NaN
+        ap.error(f"--temperature must be >= 0 (0 is greedy), got {args.temperature}")
+    if not 0.0 < args.top_p <= 1.0:
+        ap.error(f"--top-p must be in (0, 1] (1 keeps every token), got {args.top_p}")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    for folder in (LAB.parent, LAB):  # the grader builds the CUDA kernels; `tiny` lives beside `llama`
+    # the grader builds the CUDA kernels; llama.model imports lab 4's kiln; `tiny` lives beside `llama`
+    for folder in (LAB.parent, LAB.parent / "lab4", LAB):
         if str(folder) not in sys.path:
             sys.path.insert(0, str(folder))
     if args.solutions:
@@ -404,6 +554,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from llama.generate import run as run_solutions  # the staged reference of this very module
 
         return run_solutions(args)
+    if not args.traceback:
+        missing = not_done(args.device or default_device(), use_graph=not args.no_graph)
+        if missing:  # said before anything is loaded, or the tiny model trained
+            _stderr(not_done_message(missing))
+            return 1
     return run(args)
 
 
