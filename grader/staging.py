@@ -11,6 +11,7 @@ as a PythonTask names them; each is importable by its last path component.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tempfile
@@ -33,16 +34,44 @@ def stage_packages(lab: Path, packages: Sequence[str], dest: Path, *, solutions:
             shutil.copytree(solved, target, ignore=_IGNORE, dirs_exist_ok=True)
 
 
+def _files(folder: Path) -> dict[Path, bytes]:
+    return {
+        p.relative_to(folder): p.read_bytes()
+        for p in folder.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+    }
+
+
+def sync_staged(lab: Path, packages: Sequence[str], dest: Path) -> None:
+    """`dest` made to hold the staged solutions (stage_packages), writing only the files that
+    changed and removing those that went: a file that stays the same keeps its path and bytes, so
+    the kernels built from it last time are found in the build cache (grader/build/nvcc.py)."""
+    with tempfile.TemporaryDirectory(prefix=f"{lab.name}-staging-") as tmp:
+        stage_packages(lab, packages, Path(tmp), solutions=True)
+        want = _files(Path(tmp))
+    have = _files(dest) if dest.is_dir() else {}
+    for rel, data in want.items():
+        if have.get(rel) != data:
+            out = dest / rel
+            out.parent.mkdir(parents=True, exist_ok=True)
+            part = out.with_name(f".{out.name}.{os.getpid()}")
+            part.write_bytes(data)
+            part.replace(out)  # whole or not at all, for a process importing it at the same time
+    for rel in have.keys() - want.keys():
+        (dest / rel).unlink(missing_ok=True)
+
+
 def use_packages(lab: Path, packages: Sequence[str], *, solutions: bool) -> Path | None:
     """Makes `packages` and the grader importable, first on sys.path. The student's files are
-    imported in place; the solutions from a staged copy in a temporary folder (returned)."""
+    imported in place; the solutions from a staged copy (returned) in .build/staged/<lab>-solutions,
+    the same folder every run, so that a second run finds the first one's kernels built."""
     for entry in (str(paths.ROOT), *(str(paths.lab_file(lab, p)[0]) for p in reversed(packages))):
         if entry in sys.path:
             sys.path.remove(entry)
         sys.path.insert(0, entry)
     if not solutions:
         return None
-    staged = Path(tempfile.mkdtemp(prefix=f"{lab.name}-solutions-"))
-    stage_packages(lab, packages, staged, solutions=True)
+    staged = paths.BUILD / "staged" / f"{lab.name}-solutions"
+    sync_staged(lab, packages, staged)
     sys.path.insert(0, str(staged))
     return staged

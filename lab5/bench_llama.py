@@ -89,7 +89,8 @@ def say(msg: str) -> None:
 
 def use_lab(solutions: bool) -> None:
     """Puts lab 5's packages (or, with `solutions`, the reference files over them) and the grader on sys.path."""
-    for folder in (ROOT, LAB):  # the grader builds the kernels; llama, kiln_llm and tiny live in lab5/
+    # the grader builds the kernels; lab 4's kiln runs the graphs; llama, kiln_llm and tiny live in lab5/
+    for folder in (ROOT, ROOT / "lab4", LAB):
         if str(folder) not in sys.path:
             sys.path.insert(0, str(folder))
     if solutions:

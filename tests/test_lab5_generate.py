@@ -7,7 +7,8 @@
   so it does when only lab 5's task 05 is missing, whether its TODO regions are still as given or a
   stub raises NotImplementedError at run time;
 - a MODEL= that is truncated or not a checkpoint is one `error:` line and exit status 2;
-- `SOLUTIONS=1` runs the reference on the skeletons and leaves no staging folder in TMPDIR, when it
+- `SOLUTIONS=1` runs the reference on the skeletons, staged in the tree's .build/staged/lab5-solutions
+  (the same folder every run, so a second run finds its kernels built) and nothing in TMPDIR, when it
   succeeds and when it fails (a MODEL= that does not exist: one `error:` line, exit status 2).
 
 The copies hold grader/, lab4/, lab5/ and the Makefile; make runs this interpreter (the checkout's
@@ -52,7 +53,7 @@ needs_solutions = pytest.mark.skipif(
 # what the copies leave out: caches, build outputs, trained models, the labs' figures and notebooks
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".build", "models", "figures", "*.ipynb", "results")
 STATS = re.compile(r"^\[(?P<device>cpu|cuda \(.+\))\] prompt \d+ tokens, .*; (?P<new>\d+) new tokens, ", re.MULTILINE)
-STAGED = "lab5-solutions-*"  # grader.staging's temporary folder
+STAGED = "lab5-*"  # what an earlier grader.staging left in TMPDIR on every run
 
 
 # --- the copies and the model --------------------------------------------------------------------------------
@@ -313,8 +314,13 @@ def test_solutions_run_on_the_handed_out_labs_and_clean_up(handed_out: Path, tmp
     r = make_generate(handed_out, tmp, "SOLUTIONS=1")
     check_text(r, "cuda" if has_cuda() else "cpu")
     assert not sorted(tmp.glob(STAGED)), f"{sorted(tmp.glob(STAGED))} left behind\n{said(r)}"
+    staged = handed_out / ".build" / "staged" / "lab5-solutions"
+    model_py = staged / "llama" / "model.py"
+    assert model_py.is_file(), said(r)
+    stamp = model_py.stat().st_mtime_ns
 
     missing = tmp_path / "no-such-model"
     r = make_generate(handed_out, tmp, "SOLUTIONS=1", f"MODEL={missing}")
     check_unusable(r, missing)
     assert not sorted(tmp.glob(STAGED)), f"{sorted(tmp.glob(STAGED))} left behind after an error\n{said(r)}"
+    assert model_py.stat().st_mtime_ns == stamp, "an unchanged staged file is written again (its build cache goes cold)"

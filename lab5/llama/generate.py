@@ -32,10 +32,8 @@ the error whole instead); `--solutions` runs the reference solutions of every ta
 from __future__ import annotations
 
 import argparse
-import atexit
 import os
 import re
-import shutil
 import sys
 import time
 import traceback
@@ -274,19 +272,15 @@ def generate(
 def use_solutions(packages: Sequence[str] = ("../lab4/kiln", "kiln_llm", "llama")) -> Path | None:
     """Makes `import llama`, `kiln_llm` and `kiln` find the reference solutions from now on.
 
-    They are staged in a temporary folder (returned), which goes when the process exits.
-    `tiny` is not staged: it trains the embedded model into lab5/models/ beside itself, and a staged
-    copy would train a second one in a temporary folder."""
+    They are staged in .build/staged/lab5-solutions (returned), the same folder every run, so that
+    a second run finds the kernels the first one built. `tiny` is not staged: it trains the
+    embedded model into lab5/models/ beside itself, and a staged copy would train a second one."""
     root = str(LAB.parent)
     if root not in sys.path:
         sys.path.insert(0, root)
     from grader.staging import use_packages
 
     staged = use_packages(LAB, list(packages), solutions=True)
-    if staged is not None:
-        # at exit, not when this returns: the staged modules are imported (and, on a GPU, their
-        # kernels built) later; an error or Ctrl-C on the way out removes it too
-        atexit.register(shutil.rmtree, staged, ignore_errors=True)
     # the lab's own copies may be imported already (this module is one): forget them
     tops = {Path(p).name for p in packages}
     for name in list(sys.modules):
