@@ -77,6 +77,16 @@ class TrainConfig:
     weight_decay: float = 0.01
     log_every: int = 50
     eval_batches: int = 8
+    # "auto": the GPU when torch sees one (seconds), else the CPU (minutes). Each gives its own
+    # weights, the same every time on one kind of device: the README's sample is the CPU's
+    device: str = "auto"
+
+    def chosen_device(self) -> str:
+        import torch
+
+        if self.device != "auto":
+            return self.device
+        return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @dataclass
@@ -215,9 +225,14 @@ def train(
     # seeds, threads and deterministic kernels are process-wide: set them for this run, then put them back
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(_threads())
-    torch.use_deterministic_algorithms(True)
+    # on a GPU, cuBLAS is deterministic only with a fixed workspace, which must be set before its
+    # first handle; where it is too late, the run is not bit-reproducible but still right
+    cuda = cfg.chosen_device() == "cuda"
+    if cuda:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=cuda)
     try:
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[0] if cuda else []):
             torch.manual_seed(cfg.seed)
             return _train(cfg, out, say, t0)
     finally:
@@ -235,11 +250,13 @@ def _train(cfg: TrainConfig, out: Path, say: Log, t0: float) -> TrainResult:
     data = torch.tensor(encode_stories(tk, text), dtype=torch.long)
     held_out = torch.tensor(encode_stories(tk, corpus(max(cfg.n_stories // 20, 50), cfg.seed + 1)), dtype=torch.long)
     bos_id, eos_id = tk.token_to_id(BOS), tk.token_to_id(EOS)
-    model = build_model(cfg, tk.get_vocab_size(), bos_id, eos_id)
+    device = cfg.chosen_device()
+    model = build_model(cfg, tk.get_vocab_size(), bos_id, eos_id).to(device)
     n_params = sum(p.numel() for p in model.parameters())
+    where = "the GPU" if device == "cuda" else f"{torch.get_num_threads()} CPU threads"
     say(
         f"corpus {len(text) / 1e6:.2f} MB, {data.numel():,} tokens, vocab {tk.get_vocab_size()}; "
-        f"model {n_params / 1e6:.2f} M parameters; {cfg.steps} steps on {torch.get_num_threads()} CPU threads"
+        f"model {n_params / 1e6:.2f} M parameters; {cfg.steps} steps on {where}"
     )
 
     # no weight decay on norms (1-D): shrinking their gains only fights the normalization
@@ -254,11 +271,12 @@ def _train(cfg: TrainConfig, out: Path, say: Log, t0: float) -> TrainResult:
     result = TrainResult(out=out, seconds=0.0)
     window: list[float] = []
     model.train()
+    started = time.perf_counter()
     for step in range(cfg.steps):
         for group in opt.param_groups:
             group["lr"] = _lr(step, cfg)
         x, y = _batch(data, cfg, gen)
-        loss = _loss(model, x, y)
+        loss = _loss(model, x.to(device), y.to(device))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -268,9 +286,12 @@ def _train(cfg: TrainConfig, out: Path, say: Log, t0: float) -> TrainResult:
         window = [*window[-(cfg.log_every - 1) :], value] if cfg.log_every > 1 else [value]
         if (step + 1) % cfg.log_every == 0 or step == cfg.steps - 1:
             mean, elapsed = sum(window) / len(window), time.perf_counter() - t0
-            say(f"step {step + 1:5d}/{cfg.steps}  loss {mean:.3f}  ({elapsed:.0f} s)")
+            left = (time.perf_counter() - started) / (step + 1) * (cfg.steps - step - 1)
+            rest = f", about {left:.0f} s left" if step + 1 < cfg.steps else ""
+            say(f"step {step + 1:5d}/{cfg.steps}  loss {mean:.3f}  ({elapsed:.0f} s{rest})")
     result.final_loss = sum(window) / len(window) if window else math.nan
 
+    model = model.to("cpu")  # the evaluation, the sample and the saved weights: on the CPU, in float32
     model.eval()
     eval_gen = torch.Generator().manual_seed(cfg.seed + 1)
     with torch.no_grad():
@@ -348,9 +369,10 @@ def ensure_tiny_model(directory: str | os.PathLike[str] | None = None, log: Log 
             return folder  # another process trained it while we waited
         say = log or (lambda _msg: None)
         cfg = TrainConfig()
+        how = "on the GPU, under a minute" if cfg.chosen_device() == "cuda" else "on the CPU, a few minutes"
         say(
             f"lab5: no model given and the embedded tiny LLaMA is missing from {folder}; training it now on the "
-            f"repo's own stories ({cfg.steps} steps on the CPU, a few minutes, once; `{FIX}` does the same)"
+            f"repo's own stories ({cfg.steps} steps {how}, once; `{FIX}` does the same)"
         )
         result = train(cfg, folder, log)
         say(f"lab5: saved {folder} (loss {result.final_loss:.3f}, {result.seconds:.0f} s)")
@@ -366,10 +388,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_DIR, help=f"checkpoint directory (default {DEFAULT_DIR})")
     ap.add_argument("--stories", type=int, default=defaults.n_stories, help="stories in the training corpus")
     ap.add_argument("--seed", type=int, default=defaults.seed)
+    ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="auto: the GPU when there is one")
     args = ap.parse_args(argv)
     if args.steps < 1:
         ap.error("--steps must be at least 1")
-    cfg = replace(defaults, steps=args.steps, n_stories=args.stories, seed=args.seed)
+    cfg = replace(defaults, steps=args.steps, n_stories=args.stories, seed=args.seed, device=args.device)
     result = train(cfg, args.out, print)
     print(f"final loss {result.final_loss:.3f} (held-out {result.eval_loss:.3f}) in {result.seconds:.0f} s")
     print(f"sample (greedy): {result.sample}")
