@@ -39,11 +39,13 @@ $(STAMP): setup.sh requirements.txt
 setup: ## (re)create .venv and print the environment check
 	./setup.sh
 
-# the lab a pattern target names (test-lab3 -> lab3); a lab without task files yet says so
+# the lab a pattern target names (test-lab3 -> lab3); a lab without task files yet says so, and
+# one that does not exist is an error that names the labs there are
 define grade_lab
 	@if ls $(1)/tests/test_[0-9][0-9]_*.py >/dev/null 2>&1; then \
 		$(PYTEST) $(1)/tests $(GRADE_OPTS) $(2); \
-	else echo "$(1) is coming next: see $(1)/README.md"; fi
+	elif [ -d $(1) ]; then echo "$(1) is coming next: see $(1)/README.md"; \
+	else echo "there is no $(1): the labs are $$(ls -d lab[0-9]* | tr '\n' ' ')"; exit 2; fi
 endef
 
 test-lab%: $(STAMP) ## grade one lab: make test-lab1 (one task: TASK=03)

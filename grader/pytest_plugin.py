@@ -66,6 +66,8 @@ def _runs_here(config: pytest.Config, item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     items[:] = [item for item in items if _runs_here(config, item)]
     selectors = config.getoption("--task")
+    if selectors:
+        _check_selectors(selectors, [t for item in items if (t := _task_of(item)) is not None])
     keep, drop = [], []
     for item in items:
         task = _task_of(item)
@@ -78,6 +80,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def _check_selectors(selectors: str, tasks: list[Task]) -> None:
+    """A TASK= that names no task here is a mistyped command: say which tasks there are, instead
+    of pytest's "N deselected" and an exit status that means "no tests ran"."""
+    if not tasks:
+        return
+    for selector in (s.strip() for s in selectors.split(",") if s.strip()):
+        if catalogue.select(tasks, selector):
+            continue
+        labs = sorted({t.lab for t in tasks})
+        numbers = sorted({t.number for t in tasks})
+        span = f"{numbers[0]}-{numbers[-1]}" if len(numbers) > 2 else " and ".join(numbers)
+        where = " or ".join(labs)
+        raise pytest.UsageError(
+            f"TASK={selector}: no task {selector} in {where}; its tasks are {span} "
+            f"(TASK=03, or labN/03 for a task of another lab with make test-labN)"
+        )
 
 
 class Session:

@@ -43,3 +43,19 @@ def test_solutions_are_skipped_with_a_reason_without_a_gpu():
 def test_one_task_only():
     out = _grade("--task", "3")
     assert "1 failed, 7 deselected" in out.stdout.strip().splitlines()[-1], out.stdout
+
+
+def test_a_task_that_is_not_there_is_named_with_the_tasks_that_are():
+    out = _grade("--task", "99")
+    said = out.stdout + out.stderr
+    assert out.returncode == 4, said  # pytest's usage error, not "no tests ran"
+    assert "TASK=99: no task 99 in lab1; its tasks are 00-07" in said, said
+
+
+def test_a_lab_that_is_not_there_is_an_error_naming_the_labs(tmp_path):
+    stamp = tmp_path / "stamp"  # newer than setup.sh: make never runs the set-up here
+    stamp.touch()
+    out = subprocess.run(
+        ["make", "-s", "test-lab9", f"STAMP={stamp}"], cwd=paths.ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode != 0 and "there is no lab9: the labs are lab1" in out.stdout, out.stdout + out.stderr
