@@ -109,6 +109,7 @@ def _fetch(name: str) -> Path:
     if path.is_file() and _md5(path) == FILES[name]:
         return path
     DATA_DIR.mkdir(parents=True, exist_ok=True)
+    DATA_DIR.chmod(DATA_DIR.stat().st_mode | 0o755)  # listable by nobody too (the sandbox's user)
     partial = path.with_name(f"{name}.{os.getpid()}.part")
     try:
         with urllib.request.urlopen(MIRROR + name, timeout=DOWNLOAD_TIMEOUT_S) as response:
@@ -120,6 +121,7 @@ def _fetch(name: str) -> Path:
     if found != FILES[name]:
         partial.unlink(missing_ok=True)
         raise RuntimeError(f"{MIRROR + name}: MD5 {found}, expected {FILES[name]}: the download is corrupt")
+    partial.chmod(0o644)  # readable by the sandbox's user (nobody) too, whatever the umask
     os.replace(partial, path)  # atomic: a concurrent reader sees the whole file or none
     return path
 

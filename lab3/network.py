@@ -171,9 +171,12 @@ def write_safetensors(path: Path, tensors: dict[str, torch.Tensor], meta: dict[s
     from safetensors.torch import save_file
 
     path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.chmod(path.parent.stat().st_mode | 0o755)  # listable by nobody too (the sandbox's user)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         save_file(tensors, str(tmp), metadata=meta)
+        # readable by every user whatever the umask: a submission graded in the sandbox runs as nobody
+        tmp.chmod(0o644)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

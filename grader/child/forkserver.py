@@ -18,6 +18,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import sys
 import tempfile
 import traceback
@@ -122,6 +123,17 @@ def _forked_children_can_use_cuda() -> bool:
     return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
+def _same_user(conn: socket.socket) -> bool:
+    """Whether the peer runs as this server's user. The socket is the user's own (its file is not
+    writable by others, and a sandbox sees another /tmp), but a task process must never get a
+    fresh, unsandboxed process by asking for one: the kernel's word on who connected settles it."""
+    try:
+        _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    except (OSError, AttributeError):  # no SO_PEERCRED (not Linux): the file's permissions stand alone
+        return True
+    return uid == os.getuid()
+
+
 def serve(path: Path) -> None:
     import importlib
 
@@ -147,6 +159,8 @@ def serve(path: Path) -> None:
             except TimeoutError:
                 return
             with conn:
+                if not _same_user(conn):
+                    continue
                 conn.settimeout(None)
                 try:
                     _serve_one(conn, listener)
