@@ -22,7 +22,7 @@ from torch import nn
 
 from lab3 import mnist, network
 
-# (data kind, arch) -> test accuracy the trained network must reach. MNIST's are the issue's; the
+# (data kind, arch) -> test accuracy the trained network must reach. MNIST's are the course's promise; the
 # offline ones sit 1.7 points below the worst of seeds 0-4 (96.67% for both; chapter, "The network and its data").
 THRESHOLDS = {
     ("mnist", "mlp"): 0.97,
