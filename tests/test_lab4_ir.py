@@ -1,5 +1,6 @@
 """Lab 4's given front half of kiln: shape inference and its messages, the builder, the text form
-(exact round trips and every parse error). CPU only; the student's modules are not imported."""
+(exact round trips and every parse error), and the order of a buffer's reads and writes that
+Graph.validate checks. CPU only; the student's modules are not imported."""
 
 from __future__ import annotations
 
@@ -269,6 +270,76 @@ def test_slice_update_with_constant_offsets_and_chains():
     b.output(c2)
     assert b.graph.constants["const0"].dtype == torch.int64
     check_graph(b.graph)
+
+
+def cache_graph() -> tuple[kiln.Builder, kiln.Tensor, kiln.Tensor]:
+    """A (4, 3) buffer and one slice_update of it: (builder, the buffer, the update)."""
+    b = kiln.Builder("kv")
+    cache = b.buffer("cache", (4, 3))
+    return b, cache, cache.slice_update(b.input("v", (1, 3)), b.input("pos", (2,), "int64"))
+
+
+def test_buffer_reads_in_order_of_writes():
+    """Each node that stands for a buffer names one version of it; a read of a version must come
+    before the buffer's next write (list order is what both executors run, and one copy of the
+    bytes exists). The message names the reader and the writer."""
+    b = kiln.Builder("kv")
+    cache = b.buffer("cache", (4, 3))
+    old = cache.relu()  # before the write: the contents the run started with
+    new = cache.slice_update(b.input("v", (1, 3)), b.input("pos", (2,), "int64"))
+    b.output(old, new.reshape(12).relu(), new)  # after it: through the update's node
+
+    # the same edges, the read moved below the write: still a topological order, another meaning
+    g = b.graph
+    g.nodes.remove(old.node)
+    g.nodes.insert(g.nodes.index(new.node) + 1, old.node)
+    with pytest.raises(IRError) as err:
+        g.validate()
+    for words in ("%t0 (relu) reads %cache", "before %t1 (slice_update) wrote", "read %t1"):
+        assert words in str(err.value), str(err.value)
+
+    b = kiln.Builder("kv")
+    cache = b.buffer("cache", (4, 3))
+    view = cache.reshape(12)  # a view taken before the write, read after it
+    upd = cache.slice_update(b.input("v", (1, 3)), [0, 0])
+    with pytest.raises(IRError, match=r"%t2 \(relu\) reads %t0 \(buffer %cache\).*%t1 \(slice_update\)"):
+        b.output(view.relu(), upd)
+
+    b, cache, upd = cache_graph()  # two writes into one version: %t0 would not name what it wrote
+    cache.slice_update(b.input("u", (1, 3)), [0, 0])
+    with pytest.raises(IRError, match=r"%t1 \(slice_update\) reads %cache.*%t0 \(slice_update\)"):
+        b.output(upd)
+
+    b, cache, upd = cache_graph()  # an output is read after the run: the last version only
+    upd2 = upd.slice_update(b.input("u", (1, 3)), [0, 0])
+    with pytest.raises(IRError, match=r"output %t0 \(buffer %cache\).*%t1 \(slice_update\).*return %t1"):
+        b.output(upd, upd2)
+
+    b = kiln.Builder("self")
+    cache = b.buffer("cache", (4, 3))
+    with pytest.raises(IRError, match=r"%t0 \(slice_update\) writes into buffer %cache and reads it"):
+        b.output(cache.slice_update(cache, [0, 0]))
+
+
+def test_parse_rejects_a_read_after_the_write():
+    """The text form runs the same check: the read of %c sits below the write into it."""
+    text = """\
+graph g {
+  %c = buffer {name = "c"} : f32[4]
+  %v = input {name = "v"} : f32[2]
+  %o = input {name = "o"} : i64[1]
+  %u = slice_update(%c, %v, %o) : f32[4]
+  %r = relu(%c) : f32[4]
+  return %r, %u
+}
+"""
+    with pytest.raises(IRError) as err:
+        parse(text)
+    assert "%r (relu) reads %c" in str(err.value) and "%u (slice_update)" in str(err.value), str(err.value)
+    ok = text.replace("  %u = slice_update(%c, %v, %o) : f32[4]\n", "").replace(
+        "  %r = relu(%c) : f32[4]\n", "  %r = relu(%c) : f32[4]\n  %u = slice_update(%c, %v, %o) : f32[4]\n"
+    )
+    assert to_text(parse(ok)) == ok
 
 
 # --- the text form --------------------------------------------------------------------------------

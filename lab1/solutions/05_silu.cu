@@ -53,12 +53,17 @@ COURSE_API cudaError_t silu(const float* x, float* y, size_t n) {
         return cudaSuccess;
     };
     cudaError_t err = run();
+    // Both frees are made on every path (cudaFree(nullptr) does nothing, so this frees exactly
+    // what was allocated). A free's own error is kept only when nothing failed before it: after
+    // a failure the first error is the one to return (chapter, section 4.6).
+    auto keep_first = [&err](cudaError_t e) {
+        if (err == cudaSuccess) err = e;
+    };
+    keep_first(cudaFree(d_x));
+    keep_first(cudaFree(d_y));
     // A failed call is also remembered as the runtime's "last error"; clear it, or the
     // cudaGetLastError() after the next healthy launch would report it again.
     if (err != cudaSuccess) (void)cudaGetLastError();
-    // cudaFree(nullptr) does nothing, so this frees exactly what was allocated.
-    CUDA_CHECK(cudaFree(d_x));
-    CUDA_CHECK(cudaFree(d_y));
     return err;
     //~ return cudaErrorNotYetImplemented;
     // TODO(lab1/05) end

@@ -26,6 +26,10 @@ class OpDef:
     `view_of` is the index of the input whose memory the output shares (reshape; slice_update,
     which writes into its buffer and returns it), or None when the output is a tensor of its own.
     The planner gives a view no memory: it keeps its owner alive as long as the view is read.
+
+    `writes` lists the inputs whose memory the operator changes in place (slice_update: (0,), its
+    buffer). When `view_of` is one of them, the output names the buffer after the write. Graph.validate
+    checks that every read of a buffer sees the version it names (kiln/ir.py, `check_writes`).
     """
 
     name: str
@@ -33,6 +37,7 @@ class OpDef:
     infer: Infer
     attrs: tuple[str, ...] = ()
     view_of: int | None = None
+    writes: tuple[int, ...] = ()
     doc: str = ""
 
 
@@ -198,6 +203,7 @@ register(
         3,
         _slice_update,
         view_of=0,
+        writes=(0,),
         doc="target[o0:o0+v0, ...] = value, offsets read at run time; returns the target (a view)",
     )
 )
