@@ -5,7 +5,7 @@ with torch on seeded random inputs: broadcasting along each axis and from a lowe
 dimensions, ranks 1 and 4, and every dtype the operator accepts (f32, f16, bf16; i64 for add and
 mul), and i64 values past 2^24 (float32 holds 24 bits: computing through it rounds them). Then
 whole graphs: a deep DAG whose nodes are read twice each (a run loop that evaluates a node per use,
-recursively, takes 2^100 steps), a chain 1500 nodes deep (recursion from the outputs passes
+recursively, takes more than 10^21 steps), a chain 1500 nodes deep (recursion from the outputs passes
 Python's limit of 1000 frames), a buffer written by slice_update in one run and read in the next,
 two updates chained on one buffer (the second writes into what the first returned, which must be
 the buffer, not a copy), a write no output reads (every node runs, in order: a graph sharing the
