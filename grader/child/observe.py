@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from grader.build.ptxas import demangle
 from grader.records import CheckFailure, ChildJob, Verdict
-from grader.tasks.rules import OBSERVED_SASS_RULES, shown, symbol_matches
+from grader.tasks.rules import OBSERVED_SASS_RULES, opcodes_matching, shown, symbol_matches
 from grader.tasks.spec import Case, CudaTask, clone_values
 
 if TYPE_CHECKING:
@@ -286,7 +286,7 @@ def _judge_kernels(rule: CompiledRule, o: Observation, own: list[KernelFacts], a
         return None
     if rule.kind == "no_sass":
         for k in (k for k in own if not rule.kernels or re.search(rule.kernels, k.kernel)):
-            found = sorted({op for op in k.sass or () if re.match(rule.pattern, op)})
+            found = opcodes_matching(rule.pattern, k.sass)
             if found:
                 name = k.kernel.split("(")[0]
                 return f"{at}: the call launched {name}, whose SASS has {', '.join(found[:3])}: {rule.why}"

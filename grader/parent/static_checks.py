@@ -24,7 +24,7 @@ from grader.tasks.regions import (
     not_started,
     style_for,
 )
-from grader.tasks.rules import shown, symbol_matches
+from grader.tasks.rules import opcodes_matching, shown, symbol_matches
 from grader.tasks.spec import Rule, Task
 
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
@@ -390,7 +390,7 @@ def _no_sass(rule: Rule, facts: BuildFacts, entries: tuple[str, ...]) -> str | N
     for entry, kernels in _kernels_of(rule, facts, entries):
         chosen = [k for k in kernels if not named or re.search(named, k.kernel)]
         for k in chosen:
-            found = sorted({op for op in k.sass or () if re.match(rule.pattern, op)})
+            found = opcodes_matching(rule.pattern, k.sass)
             if found:
                 name = k.kernel.split("(")[0]
                 return f"{_whom(entry)} {name}, whose SASS has {', '.join(found[:3])}: {rule.why}"

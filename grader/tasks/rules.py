@@ -241,6 +241,12 @@ def shown(pattern: str) -> str:
     return re.sub(r"\\w[*+]", "*", pattern).replace("\\", "").replace("|", " or ")
 
 
+def opcodes_matching(pattern: str, opcodes: Sequence[str] | None) -> list[str]:
+    """The distinct SASS opcodes (with modifiers) that `pattern` matches at their start: what a
+    never_executes rule forbids, on the build and on the observed call alike."""
+    return sorted({op for op in opcodes or () if re.match(pattern, op)})
+
+
 def symbol_matches(pattern: str, symbol: str) -> bool:
     """`pattern` names the function; the runtime's per-thread-stream and versioned spellings of it
     (cudaMemcpyAsync_ptsz, cuGetProcAddress_v2) count as it."""
