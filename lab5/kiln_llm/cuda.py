@@ -30,6 +30,7 @@ KERNELS = Path(__file__).parent / "kernels"
 SUFFIXES = ("f32", "f16", "bf16")
 LAYOUTS = {"half": 0, "interleaved": 1}  # kiln_rope's layout argument
 EPILOGUES = {"linear": 0, "linear_add": 1, "linear_swiglu": 2}  # kiln_linear's epilogue argument
+HEAD_DIMS = (8, 256)  # the attention kernels take every even head dim in this range (llm_kernels.h)
 
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
@@ -71,6 +72,19 @@ def kernel(name: str, node: Node) -> Any:
 def _tensors(ex: CudaExecutor, node: Node) -> list[ctypes.c_void_p]:
     """The node's output, then its inputs, as device pointers into the arena."""
     return [ptr(ex.tensors[node])] + [ptr(ex.tensors[i]) for i in node.inputs]
+
+
+def _check_head_dim(node: Node) -> None:
+    """A head dim the attention kernels refuse is said when the node is lowered, with its value, not
+    as the cudaErrorInvalidValue of the first launch (seen only when the executor's graph is captured).
+    Every attention node's output is (T, H, Dh)."""
+    dh = node.type.shape[-1]
+    low, high = HEAD_DIMS
+    if dh % 2 or not low <= dh <= high:
+        raise KilnRunError(
+            f"%{node.name} ({node.op}): head_dim {dh}: the CUDA attention kernels take even head dims from {low}"
+            f" to {high}"
+        )
 
 
 # --- task 02's kernels ------------------------------------------------------------------------------
@@ -118,6 +132,7 @@ def lower_kv_update(ex: CudaExecutor, node: Node) -> Launch:
 @register_cuda("attention_rope")
 def lower_attention(ex: CudaExecutor, node: Node) -> Launch:
     """attention (q, k, v, pos) and attention_rope (q, k, v, pos, inv_freq), which turns q as it loads it."""
+    _check_head_dim(node)
     out, q, k, v, pos, *rope = _tensors(ex, node)  # k and v: the kv_update views, i.e. the caches
     n_tokens, heads, dh = node.inputs[0].type.shape
     cache_rows, kv_heads, _ = node.inputs[1].type.shape
@@ -153,6 +168,7 @@ def _append(ex: CudaExecutor, node: Node, pointers: tuple, sizes: tuple[int, ...
 def lower_attention_append(ex: CudaExecutor, node: Node) -> Launch:
     """attention_append (q, k_new, v_new, cache_k, cache_v, pos, inv_freq): the kernel writes the new
     rows into the two caches (buffers, which outlive the run) and attends over them."""
+    _check_head_dim(node)
     n_tokens, heads, dh = node.inputs[0].type.shape
     cache_rows, kv_heads, _ = node.inputs[3].type.shape
     return _append(ex, node, tuple(_tensors(ex, node)), (n_tokens, heads, kv_heads, dh, cache_rows))
@@ -162,6 +178,7 @@ def lower_attention_append(ex: CudaExecutor, node: Node) -> Launch:
 def lower_attention_append_qkv(ex: CudaExecutor, node: Node) -> Launch:
     """attention_append_qkv (qkv, cache_k, cache_v, pos, inv_freq): attention_append of one token
     whose q, k_new and v_new are the three parts of the row qkv, passed as pointers into it."""
+    _check_head_dim(node)
     out, qkv, cache_k, cache_v, pos, inv_freq = _tensors(ex, node)
     _, heads, dh = node.type.shape
     cache_rows, kv_heads, _ = node.inputs[1].type.shape

@@ -206,7 +206,7 @@ def load_hf(
         raise CheckpointError(f"{cfg_path}: not valid JSON ({e})") from e
     want_dtype = _dtype_name(dtype)
     try:
-        config = LlamaConfig.from_hf(raw)
+        config = replace(LlamaConfig.from_hf(raw), name=root.resolve().name)
     except ConfigError as e:
         raise CheckpointError(f"{cfg_path}: {e}") from e
 
@@ -418,6 +418,7 @@ def load_llama2c(
             tie_embeddings=shared,
             rope_layout="interleaved",
             dtype="float32",
+            name=p.name,
         )
     except ConfigError as e:
         raise CheckpointError(f"{p}: {e}") from e

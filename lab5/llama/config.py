@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DTYPES", "ROPE_LAYOUTS", "ConfigError", "LlamaConfig", "RopeScaling"]
+__all__ = ["CUDA_HEAD_DIMS", "CUDA_ROW_MULTIPLE", "DTYPES", "ROPE_LAYOUTS", "ConfigError", "LlamaConfig", "RopeScaling"]
 
 # The float formats a checkpoint may hold. Anything else (int8 blocks, fp8) needs a dequantiser,
 # which lab 5 does not have, so it is rejected early rather than misread.
@@ -24,6 +24,14 @@ DTYPES = ("float32", "float16", "bfloat16")
 #   "interleaved": pairs are (2j, 2j + 1): Meta's original checkpoints and llama2.c.
 # The same model can be stored either way; only the rows of wq and wk differ (see checkpoint.py).
 ROPE_LAYOUTS = ("half", "interleaved")
+
+# What lab 5's CUDA kernels run (kiln_llm/kernels/llm_kernels.h), checked when a model is compiled for
+# the GPU (LlamaModel), so that a model they cannot run is refused by name before anything is built:
+# attention takes any even head_dim in CUDA_HEAD_DIMS (and any GQA ratio); the linear kernels read
+# f16 and bf16 rows in 16-byte vectors, so in those dtypes the length of every row they reduce over
+# (dim, and hidden_dim for the MLP's down projection) must be a multiple of CUDA_ROW_MULTIPLE.
+CUDA_HEAD_DIMS = (8, 256)
+CUDA_ROW_MULTIPLE = 8
 
 
 class ConfigError(ValueError):
@@ -86,6 +94,8 @@ class LlamaConfig:
     rope_layout: str = "half"
     dtype: str = "float32"
     rope_scaling: RopeScaling | None = field(default=None)
+    # where it was loaded from (a checkpoint's folder or file name), for messages; not part of the shape
+    name: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         for name in ("dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "hidden_dim", "max_seq_len"):
@@ -110,6 +120,31 @@ class LlamaConfig:
             raise ConfigError(f"dtype: must be one of {DTYPES}, got {self.dtype!r}")
         if self.rope_scaling is not None and not isinstance(self.rope_scaling, RopeScaling):
             raise ConfigError(f"rope_scaling: must be a RopeScaling or None, got {type(self.rope_scaling).__name__}")
+
+    def cuda_limits(self) -> list[str]:
+        """What lab 5's CUDA kernels cannot run in this model, a phrase each; [] when they run all of it."""
+        low, high = CUDA_HEAD_DIMS
+        out = []
+        if self.head_dim > high:
+            out.append(f"head_dim {self.head_dim} is past the CUDA kernels' limit of {high}")
+        elif self.head_dim < low:
+            out.append(f"head_dim {self.head_dim} is below the CUDA kernels' minimum of {low}")
+        if self.dtype != "float32":
+            for key in ("dim", "hidden_dim"):
+                value = getattr(self, key)
+                if value % CUDA_ROW_MULTIPLE:
+                    out.append(
+                        f"{key} {value} is not a multiple of {CUDA_ROW_MULTIPLE}, which the CUDA linear kernels "
+                        f"need in {self.dtype} (float32 has no such limit)"
+                    )
+        return out
+
+    def check_cuda(self) -> None:
+        """Refuses, naming the model, every value the CUDA kernels cannot run (cuda_limits)."""
+        limits = self.cuda_limits()
+        if limits:
+            what = self.name or f"of dim {self.dim} with {self.n_heads} heads"
+            raise ConfigError(f"model {what}: " + "; ".join(limits))
 
     @property
     def head_dim(self) -> int:

@@ -350,6 +350,20 @@ VARIANTS: dict[str, Variant] = {
         "attention_append reads the step's rows back from the caches, which it never writes: k_new and v_new unused",
         mistake="append reads the cache",
     ),
+    "02_llama_kernels.rows_strided_by_DH": Variant(
+        "kiln_llm/kernels/llama.cu",
+        [
+            (
+                "    const int64_t row_stride = static_cast<int64_t>(kv_heads) * dh;\n",
+                "    const int64_t row_stride = static_cast<int64_t>(kv_heads) * DH;  // the instantiation's size\n",
+            )
+        ],
+        {"wrong", "crash"},  # on the general path it reads the wrong rows, and past the cache for late rows
+        "attention",
+        "both attention kernels stride the caches' rows by DH, the size they were compiled for, where the row's"
+        " dh belongs: right at 64 and 128, the wrong rows at every other head dim",
+        mistake="head dim of the instantiation",
+    ),
     "02_llama_kernels.attention_ignores_scale": Variant(
         "kiln_llm/kernels/llama.cu",
         [
@@ -695,6 +709,7 @@ BATCHES = [
     ],
     ["01_llama_ops.scores_rounded_to_the_dtype", "02_llama_kernels.prefill_without_the_max"],
     ["02_llama_kernels.prefill_scores_in_the_dtype"],
+    ["02_llama_kernels.rows_strided_by_DH"],
     ["05_llama_graph.gpu_decode_never_advances_pos"],
 ]
 SANITIZED: list[str] = []

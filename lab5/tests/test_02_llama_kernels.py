@@ -20,18 +20,24 @@ float32 draw:
 - attention: q (T, H, Dh), caches (S, Hkv, Dh) whose rows at and past pos + T hold garbage: keys
   with 4 times the spread of the real ones and values of 1000, so a kernel that reads one of them
   (or ignores pos) is far off. Decode cases (T <= 4) and prefill cases (T >= 5) with pos 0 and
-  pos > 0; grouped heads H / Hkv = 2, 3, 4 and 1 (Hkv > 1 in most, so head h % Hkv is wrong);
-  Dh 64 and 128; a 7B-shaped decode step at pos 4000 of 4096 and a 512-token prefill. The scale is
-  1 / sqrt(Dh) but in two cases (0.05 and 0.2: a kernel that scales by 1 / sqrt(Dh) whatever it is
-  given is caught), and in those two (a decode and a prefill) q and k share an offset that puts
-  every score near 110, past exp's float32 range (88): a softmax without the running maximum
-  overflows, and scores rounded to f16 (by up to 0.03) or bf16 (0.25) move the weights by percents.
+  pos > 0; grouped heads H / Hkv = 2, 3, 4, 8 and 1 (Hkv > 1 in most, so head h % Hkv is wrong);
+  Dh 8, 32, 48, 64, 80, 100, 128 and 256; a 7B-shaped decode step at pos 4000 of 4096 and a
+  512-token prefill. The scale is 1 / sqrt(Dh) but in two cases (0.05 and 0.2: a kernel that
+  scales by 1 / sqrt(Dh) whatever it is given is caught), and in those two (a decode and a
+  prefill) q and k share an offset that puts every score near 110, past exp's float32 range (88):
+  a softmax without the running maximum overflows, and scores rounded to f16 (by up to 0.03) or
+  bf16 (0.25) move the weights by percents.
   Their values lie near 1 (1 + 0.25 noise): a float32 kernel's own rounding of scores that large
   (about 1e-5 of them, whatever the order of its sums) then stays inside the tolerance.
 
-  Head dims: the kernels' contract (llm_kernels.h) takes Dh 32, 64 and 128 only, and every one of
-  them is among the cases; the loader accepts other even head dims (8, 16, 48, 80, ...), which the
-  kernels refuse with cudaErrorInvalidValue (issue 23 extends them).
+  Head dims: the contract (llm_kernels.h) is every even Dh from 8 to 256. 64 and 128 run the
+  kernels compiled for them (DH = Dh, rows read as 16-byte vectors); every other Dh runs the same
+  code compiled for the next size of 64, 128 and 256, on rows of Dh elements with the ones past Dh
+  taken as zeros: the tiny model's 32, llama2.c's stories260K and stories15M heads (8, 48),
+  OpenLLaMA 3B's 100 (rows of 200 bytes in f16, not 16-byte aligned), 80 and 256 (f32 rows of
+  two vectors per lane, the prefill's shared memory past 48 KB). A kernel that strides or writes
+  rows by DH where Dh belongs, or reads a row past Dh, is right at 64 and 128 and far off at every
+  other head dim, in decode and prefill.
 
 The references are torch in float32, rounded once to the dtype (RMSNorm: twice, as Hugging Face's
 LlamaRMSNorm does: x * rsqrt(mean(x^2) + eps) rounded, times w, rounded).
@@ -51,7 +57,7 @@ rope reference, rows outside the cache skipped) and kiln_attention_rope (the att
 the rotated, rounded q), with the rope's tolerance and attention's. kiln_attention_append (the
 decode attention that takes the step's new keys and values and writes them into the caches itself)
 has its own check, `appends_in_the_attention`, as it is decode only: shapes like the decode cases
-(T 1 to 4, GQA groups 1 to 4, both layouts, Dh 32 to 128, pos 0, mid-cache and the last rows, a
+(T 1 to 4, GQA groups 1 to 8, both layouts, Dh 8 to 256, pos 0, mid-cache and the last rows, a
 7B-shaped step with hundreds of keys over many splits), the cache rows at pos .. pos + T - 1 holding
 garbage before the call (a kernel that reads them back instead of k_new and v_new is far off), the
 output judged like attention_rope's, the key cache like rope's (the rotated keys at their rows,
@@ -151,6 +157,15 @@ CASES = [
     case("prefill T=70 pos=33 H6/2 dh128 D1000", t=70, pos=33, s=200, h=6, hkv=2, dh=128, d=1000),
     case("prefill T=100 pos=0 H4/4 dh64 D100 interleaved", t=100, pos=0, s=128, h=4, hkv=4, dh=64, d=100, layout=1),
     case("prefill T=33 pos=90 H8/2 dh64 D4096", t=33, pos=90, s=130, h=8, hkv=2, dh=64, d=4096, v=1000),
+    # head dims other than 64 and 128 (issue 23): the general path's kernels, compiled for 64, 128 and
+    # 256, on rows of dh; and GQA groups of 8
+    case("decode T=1 pos=200 H8/1 dh8 D64 (stories260K's head)", t=1, pos=200, s=256, h=8, hkv=1, dh=8, d=64),
+    case("decode T=3 pos=40 H6/6 dh48 D288 interleaved", t=3, pos=40, s=64, h=6, hkv=6, dh=48, d=288, layout=1),
+    case("decode T=2 pos=300 H4/2 dh100 D400 (OpenLLaMA 3B's head)", t=2, pos=300, s=512, h=4, hkv=2, dh=100, d=400),
+    case("decode T=4 pos=700 H8/2 dh256 D512", t=4, pos=700, s=1024, h=8, hkv=2, dh=256, d=512),
+    case("prefill T=9 pos=0 H4/2 dh8 D32", t=9, pos=0, s=16, h=4, hkv=2, dh=8, d=32),
+    case("prefill T=21 pos=7 H16/2 dh80 D1000 interleaved", t=21, pos=7, s=64, h=16, hkv=2, dh=80, d=1000, layout=1),
+    case("prefill T=40 pos=3 H4/1 dh256 D256", t=40, pos=3, s=64, h=4, hkv=1, dh=256, d=256),
     # attributes off LLaMA's values, and scores past exp's float32 range
     case(
         "decode T=2 pos=50 H4/2 dh64 D256 scale=0.05 eps=1e-3, scores near 110",
@@ -420,7 +435,8 @@ def entries() -> list[Entry]:
 # --- attention_append: the decode attention that writes the new rows itself ---------------------------
 
 # (t, pos, s, h, hkv, dh, layout): decode steps of every GQA group, both layouts, the cache's first
-# and last rows, and a 7B-shaped step whose few hundred keys spread over many splits
+# and last rows, a 7B-shaped step whose few hundred keys spread over many splits, and the general
+# path's head dims
 APPEND_CASES = [
     (1, 0, 16, 4, 2, 64, 0),
     (1, 37, 64, 4, 2, 64, 1),
@@ -432,6 +448,11 @@ APPEND_CASES = [
     (4, 252, 256, 8, 2, 32, 0),
     (1, 600, 4096, 32, 32, 128, 0),
     (2, 511, 1024, 32, 8, 128, 1),
+    # the general path's head dims, GQA groups of 8
+    (1, 15, 16, 8, 1, 8, 1),
+    (3, 37, 64, 6, 6, 48, 0),
+    (2, 100, 128, 16, 2, 100, 1),
+    (4, 300, 512, 4, 2, 256, 0),
 ]
 
 
@@ -477,7 +498,7 @@ def appends_in_the_attention(ctx: RunContext) -> None:
     import torch
 
     from grader.child.compare import judge
-    from grader.child.context import seed_for
+    from grader.tasks.seeds import seed_for
 
     rng = Rng(seed_for(ctx.task, "attention append"), "cuda")
     for dt in DTYPES:
@@ -601,7 +622,9 @@ TASK = CudaTask(
     mistakes={
         "reads past the prefix": "attention: cache rows at and past pos + T hold keys of 4x the spread and values"
         " of 1000",
-        "gqa heads": "attention: H / Hkv = 2, 3, 4 with Hkv > 1, where kv head h % Hkv is another head",
+        "gqa heads": "attention: H / Hkv = 2, 3, 4, 8 with Hkv > 1, where kv head h % Hkv is another head",
+        "head dim of the instantiation": "attention: Dh 8, 32, 48, 80, 100 and 256, run by kernels compiled for"
+        " 64, 128 and 256: a row strided, read or written by DH instead of Dh is far off",
         "rope layout": "rope: both layouts among the cases, against the reference of each",
         "tail": "rmsnorm: D of 1, 100, 1000 and 4100, not multiples of a vector or of the block",
         "rows outside the cache": "kv_update: kv_pos + T one past the cache, and kv_pos = -1",

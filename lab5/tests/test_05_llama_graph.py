@@ -27,9 +27,9 @@ by whole units). Caches made without the model's dtype, or logits returned in it
 fail here: every float32 model above hides both.
 
 On a GPU (marked `gpu`: left out, not failed, where there is none), on your kernels (tasks 02, 03),
-fusion pass (04) and lab 4's executor, with a model of head_dim 32 (dim 128: the kernels take head
-dims 32, 64 and 128): a prompt prefilled, decoded token by token (the decode step's
-CUDA graphs), then a second chunk prefilled, and a reset: every step's logits against the CPU
+fusion pass (04) and lab 4's executor, with a model of head_dim 32 (dim 128, as the repo's tiny
+model: the attention kernels' general path): a prompt prefilled, decoded token by token (the decode
+step's CUDA graphs), then a second chunk prefilled, and a reset: every step's logits against the CPU
 executor's, pos after each; and an f16 model's float32 logits. A GPU decode that never advances
 pos, or that reads it stale, is caught here.
 
@@ -89,7 +89,7 @@ CONFIGS = {
     "theta": (4, 1, False, 500000.0, "half"),
     "interleaved": (4, 2, True, 10000.0, "interleaved"),
 }
-# the GPU checks' model: head_dim 32 (dim 128 over 4 heads), as the kernels take 32, 64 and 128 only
+# the GPU checks' model: head_dim 32 (dim 128 over 4 heads), the repo's tiny model's
 GPU_MODEL = "gqa_dh32"
 MODELS = {**CONFIGS, GPU_MODEL: (4, 2, False, 10000.0, "half")}
 HIDDEN = {GPU_MODEL: 128}

@@ -92,7 +92,10 @@ static cudaError_t launch_chained(void (*kernel)(Params...), dim3 grid, dim3 blo
 //   out (T, H, Dh): query t (absolute position pos + t) of head h attends keys 0 .. pos + t
 //   (inclusive, and below cache_rows) of kv head h / (H / Hkv); softmax(scale * q.k) in float32,
 //   the sum of p * v rounded once. q (T, H, Dh); k, v (S, Hkv, Dh): cache rows at and past pos + T
-//   are never read. dh 32, 64 or 128 (the repo's tiny model has 32), H % Hkv == 0, any n_tokens >= 1. pos: DEVICE, 1 int64.
+//   are never read. dh: any even number from 8 to 256, else cudaErrorInvalidValue. 64 and 128 (the
+//   usual checkpoints') run kernels specialised for them, every other dh (the repo's tiny model has
+//   32, llama2.c's stories15M 48, OpenLLaMA 3B 100) the general path, which needs its pointers only
+//   4-byte aligned. H % Hkv == 0 (any ratio), any n_tokens >= 1. pos: DEVICE, 1 int64.
 //   A decode call (n_tokens <= 4) keeps partial results in one static scratch array: calls on
 //   streams that run at the same time must not overlap (kiln runs one stream at a time).
 // kiln_rope_kv_update_<t>(cache, value, pos, inv_freq, cache_rows, n_tokens, heads, dh, layout)

@@ -196,7 +196,9 @@ class StepGraphs:
 class LlamaModel:
     """A LLaMA checkpoint compiled by kiln: prefill a prompt, then decode one token at a time.
 
-    `pos` is the number of positions already in the KV cache: the next token sits there.
+    `pos` is the number of positions already in the KV cache: the next token sits there. On the GPU
+    a model the CUDA kernels cannot run (config.cuda_limits(): a head_dim past 256, say) is refused
+    with a ConfigError that names it, before anything is compiled.
     """
 
     def __init__(
@@ -210,6 +212,8 @@ class LlamaModel:
         use_graph: bool = True,
     ) -> None:
         check_weights(config, weights)
+        if device != "cpu":
+            config.check_cuda()
         self.config = config
         self.weights = dict(weights)
         self.device = device

@@ -9,7 +9,9 @@
 //            into the caches on the way for attention_append), the last block of each head to
 //            finish merging them (merge_splits);
 //            prefill: a fused flash-attention forward (attention_prefill_kernel: online softmax
-//            over key tiles staged in shared memory).
+//            over key tiles staged in shared memory). Both for any even head dim dh from 8 to 256:
+//            each is compiled for a size DH, the exact dh (64, 128) or one that holds it (64, 128,
+//            256); rows are dh long and the elements from dh to DH zeros (see "Head dims").
 // Contract:  kiln_llm/kernels/llm_kernels.h, for float, __half and __nv_bfloat16 (the _f32, _f16
 //            and _bf16 symbols). Arithmetic in float32, one rounding at the end (RMSNorm: HF's two).
 //            pos and the tokens are DEVICE memory, read when the kernel runs (a CUDA graph replays
@@ -20,6 +22,7 @@
 
 #include "kiln_llm/kernels/llm_kernels.h"
 
+#include <atomic>
 #include <cstdint>
 
 constexpr int THREADS = 256;
@@ -360,25 +363,88 @@ __device__ __forceinline__ float rotated(const T* row, int d, int dh, float posi
 // ---- attention ------------------------------------------------------------------------------------
 // Scores live in the log2 domain: q is scaled by scale * log2(e) once, so that exp(scale * q.k - m)
 // is exp2(q'.k - m') and every exponential is one exp2f.
+//
+// Head dims: any even dh from MIN_DH to MAX_DH. Each attention kernel is a template on DH, the most
+// elements of a head's row it holds (its registers and shared memory are sized by it), and EXACT:
+//   EXACT: the specialised kernels, for dh = DH = 64 or 128 with 16-byte aligned tensors: dh is the
+//     constant DH in every index, and rows are read as 16-byte vectors;
+//   else: the general path, one instantiation for each DH of 64, 128 and 256 that runs every dh up
+//     to it: dh is known at run time, rows are dh elements apart and read as 32-bit words, and the
+//     elements from dh to DH are zeros (they add nothing to a score or to a weighted sum of values)
+//     that are never written out.
+// The code is the same for both: dh where a row's length or stride belongs, DH where a size must be
+// a constant, every read of an element at or past dh masked to zero; the host code picks the path.
 
 constexpr float LOG2E = 1.4426950408889634f;
+constexpr int MIN_DH = 8;
+constexpr int MAX_DH = 256;
+
+// The raw bits of V elements of T (16 or 32 bytes) in 32-bit words: a lane's share of one key or value
+// row, kept so until it is scored (half the registers of floats for f16 and bf16).
+template <typename T, int V>
+struct Packet {
+    static_assert(V * sizeof(T) % 16 == 0, "whole 16-byte vectors");
+    uint32_t w[V * sizeof(T) / 4];
+};
+
+// Elements e0 .. e0 + V - 1 of a head's row, p pointing at element e0. EXACT (dh = DH, 16-byte aligned
+// rows): V * sizeof(T) / 16 vector loads. The general path: 32-bit words, zeros at and past dh; dh is
+// even, so no word holds elements on both sides of dh, and every row starts on a 4-byte boundary.
+template <typename T, int V, bool EXACT>
+__device__ __forceinline__ Packet<T, V> load_packet(const T* p, int e0, int dh) {
+    Packet<T, V> out;
+    if constexpr (EXACT) {
+#pragma unroll
+        for (int i = 0; i < V * static_cast<int>(sizeof(T)) / 16; ++i) {
+            const uint4 u = reinterpret_cast<const uint4*>(p)[i];
+            out.w[4 * i] = u.x;
+            out.w[4 * i + 1] = u.y;
+            out.w[4 * i + 2] = u.z;
+            out.w[4 * i + 3] = u.w;
+        }
+    } else {
+        constexpr int PER_WORD = 4 / static_cast<int>(sizeof(T));
+#pragma unroll
+        for (int i = 0; i < V / PER_WORD; ++i) {
+            out.w[i] = 0u;
+            if (e0 + PER_WORD * i < dh) out.w[i] = reinterpret_cast<const uint32_t*>(p)[i];
+        }
+    }
+    return out;
+}
+
+// A packet's V elements as float32.
+template <typename T, int V>
+__device__ __forceinline__ void unpack(const Packet<T, V>& p, float (&f)[V]) {
+    constexpr int PER_WORD = 4 / static_cast<int>(sizeof(T));  // 1 float or 2 halves in each word
+    constexpr int BITS = 32 / PER_WORD;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+        const uint32_t w = p.w[i / PER_WORD] >> (BITS * (i % PER_WORD));
+        f[i] = bits_to_f<T>(PER_WORD == 1 ? w : (w & 0xffffu));
+    }
+}
 
 // decode: n_tokens <= DECODE_MAX_TOKENS. Block (split, h) reads keys [split * chunk, + chunk) of the
 // filled prefix once for the n_tokens queries of head h, and leaves per (h, split, t) the running max
 // m, the sum l of exp2(s - m) and the unnormalized sum of exp2(s - m) * v in a static scratch; the
 // last of head h's blocks to finish merges the splits (a second kernel would cost a launch and a
 // wait per layer). The scratch is sized once for the largest model the course runs (SCRATCH_ROWS
-// partial rows of up to 128 floats): the host code launches fewer splits when heads * splits *
+// partial rows of up to MAX_DH floats): the host code launches fewer splits when heads * splits *
 // n_tokens would not fit, and run_chunk makes the chunks longer.
 constexpr int DECODE_MAX_TOKENS = 4;
 constexpr int DECODE_THREADS = 128;
 constexpr int MIN_CHUNK = 32;              // keys per split at least (4 per group of lanes)
 constexpr int KEYS = 4;                    // keys per group of lanes loaded at once
 constexpr int64_t MAX_SPLITS = 256;        // per head: more would only add partials to merge
-constexpr int64_t SCRATCH_ROWS = 1 << 15;  // 16 MiB of partial sums
-constexpr int MAX_DH = 128;
+constexpr int64_t SCRATCH_ROWS = 1 << 15;  // 32 MiB of partial sums
 
-__device__ float g_partial_acc[SCRATCH_ROWS * MAX_DH];  // (heads, splits, n_tokens, dh)
+// A lane's share of a row in the decode kernel: one 16-byte vector, or DH / 32 elements where DH /
+// VEC<T> lanes would be more than a warp (f32 at DH 256: two vectors).
+template <typename T, int DH>
+constexpr int LANE_ELEMS = DH / VEC<T> <= 32 ? VEC<T> : DH / 32;
+
+__device__ float g_partial_acc[SCRATCH_ROWS * MAX_DH];  // (heads, splits, n_tokens, DH): rows DH apart
 __device__ float2 g_partial_ml[SCRATCH_ROWS];            // (heads, splits, n_tokens): (m, l)
 // per head: how many of its splits have written their partials in this launch; the head's last
 // block finds n - 1 here, merges, and puts it back to 0 for the next launch
@@ -405,20 +471,21 @@ __device__ __forceinline__ void merge(float& m, float& l, float (&acc)[N], float
 }
 
 // The partials of head h's splits that had keys (those of the first keys [0, last), `chunk` each)
-// -> out (n_tokens, heads, DH), run by the whole of the head's last block. The partials were written
+// -> out (n_tokens, heads, dh), run by the whole of the head's last block. The partials were written
 // by other blocks of this launch: __ldcg reads them from L2 (where their __threadfence() put them),
 // never from this SM's L1, which is not kept coherent. Merging is latency, not bandwidth (22 splits
 // of a few hundred bytes at the benchmark's prefix), so the loads are issued together: every (m, l)
 // in one pass into shared memory, a warp per query for the factors, then the weighted sums of acc
 // with eight loads in flight per thread.
-template <typename T, int DH>
+template <typename T, int DH, bool EXACT>
 __device__ void merge_splits(T* __restrict__ out, int64_t last, int64_t chunk, int n_tokens, int heads, int h,
-                             int n_splits) {
+                             int n_splits, int head_dim) {
     static_assert(DECODE_THREADS / 32 >= DECODE_MAX_TOKENS, "a warp per query");
     __shared__ float2 s_ml[MAX_SPLITS * DECODE_MAX_TOKENS];  // (split, t): m and l
     __shared__ float s_factor[MAX_SPLITS * DECODE_MAX_TOKENS];  // (split, t): exp2(m_split - m)
     __shared__ float s_inv_l[DECODE_MAX_TOKENS];
-    // TODO(lab5/02) begin: the splits that had keys (as many chunks as cover last); their (m, l) into shared memory in one pass (head h's rows are contiguous: (split, t) at h * n_splits * n_tokens + split * n_tokens + t); a warp per query t: the largest m, each split's factor exp2(m_split - m) and 1 / (the sum of l * factor), 0 where no key was seen; then every element (t, e): the sum of factor * acc over the splits, times that inverse, rounded once; see the chapter's section "Flash-decoding"; about 30 lines.
+    [[maybe_unused]] const int dh = EXACT ? DH : head_dim;  // the exact path's: a constant in every index
+    // TODO(lab5/02) begin: the splits that had keys (as many chunks as cover last); their (m, l) into shared memory in one pass (head h's rows are contiguous: (split, t) at h * n_splits * n_tokens + split * n_tokens + t); a warp per query t: the largest m, each split's factor exp2(m_split - m) and 1 / (the sum of l * factor), 0 where no key was seen; then every element (t, e) with e < dh (a partial row is DH floats, the last DH - dh of them padding): the sum of factor * acc over the splits, times that inverse, rounded once, at out's (t, h, e), rows dh apart; see the chapter's section "Flash-decoding"; about 30 lines.
     const int active = static_cast<int>(max64(0, min64((last + chunk - 1) / chunk, n_splits)));
     const int64_t first = static_cast<int64_t>(h) * n_splits * n_tokens;  // (split 0, t = 0)'s row
     for (int i = threadIdx.x; i < active * n_tokens; i += DECODE_THREADS) s_ml[i] = __ldcg(&g_partial_ml[first + i]);
@@ -442,29 +509,33 @@ __device__ void merge_splits(T* __restrict__ out, int64_t last, int64_t chunk, i
     __syncthreads();
     for (int i = threadIdx.x; i < n_tokens * DH; i += DECODE_THREADS) {
         const int t = i / DH, e = i % DH;
+        if (e >= dh) continue;  // the general path's padding
         float acc = 0.0f;
 #pragma unroll 8
         for (int s = 0; s < active; ++s) {
             const int64_t row = first + static_cast<int64_t>(s) * n_tokens + t;
             acc += s_factor[s * n_tokens + t] * __ldcg(&g_partial_acc[row * DH + e]);
         }
-        out[(static_cast<int64_t>(t) * heads + h) * DH + e] = from_f<T>(acc * s_inv_l[t]);
+        out[(static_cast<int64_t>(t) * heads + h) * dh + e] = from_f<T>(acc * s_inv_l[t]);
     }
     // TODO(lab5/02) end
 }
 
-// KEYS rows of keys and values of one group of lanes, j0, j0 + GROUPS, ...: their raw bits (half the
-// registers of floats for f16 and bf16), zeros (0.0 in every type) for rows at or past `end`.
-template <typename T, int KEYS, int GROUPS>
-__device__ __forceinline__ void load_keys(uint4 (&kr)[KEYS], uint4 (&vr)[KEYS], const T* k_head, const T* v_head,
-                                          int64_t row_stride, int64_t j0, int64_t end) {
+// KEYS rows of keys and values of one group of lanes, j0, j0 + GROUPS, ...: the lane's V elements of
+// each (k_lane and v_lane point at element e0 of the head's row 0, rows row_stride apart), as raw bits;
+// zeros (0.0 in every type) for rows at or past `end`, and on the general path for elements at or
+// past dh.
+template <typename T, bool EXACT, int KEYS, int GROUPS, int V>
+__device__ __forceinline__ void load_keys(Packet<T, V> (&kr)[KEYS], Packet<T, V> (&vr)[KEYS], const T* k_lane,
+                                          const T* v_lane, int64_t row_stride, int64_t j0, int64_t end, int e0,
+                                          int dh) {
 #pragma unroll
     for (int b = 0; b < KEYS; ++b) {
         const int64_t j = j0 + b * GROUPS;
-        kr[b] = vr[b] = make_uint4(0, 0, 0, 0);
+        kr[b] = vr[b] = Packet<T, V>{};
         if (j < end) {
-            kr[b] = *reinterpret_cast<const uint4*>(k_head + j * row_stride);
-            vr[b] = *reinterpret_cast<const uint4*>(v_head + j * row_stride);
+            kr[b] = load_packet<T, V, EXACT>(k_lane + j * row_stride, e0, dh);
+            vr[b] = load_packet<T, V, EXACT>(v_lane + j * row_stride, e0, dh);
         }
     }
 }
@@ -494,31 +565,33 @@ __device__ __forceinline__ void score_key(const float (&qv)[NT][V], const float 
     }
 }
 
-// q (n_tokens, heads, DH), k and v (cache_rows, kv_heads, DH) -> the partials of block (split, h),
-// and from the head's last block to finish, out (n_tokens, heads, DH).
-// A group of LANES = DH / VEC<T> consecutive threads works on one key at a time (each thread one
-// 16-byte vector of the row: one coalesced row read per group); the block's GROUPS groups take
-// every GROUPS-th key of the split, each with its own running (m, l, acc) per query, merged at the end.
+// q (n_tokens, heads, dh), k and v (cache_rows, kv_heads, dh) -> the partials of block (split, h),
+// and from the head's last block to finish, out (n_tokens, heads, dh).
+// A group of LANES consecutive threads works on one key at a time (each thread V elements of the
+// row, one 16-byte vector but for f32 at DH 256: one coalesced row read per group); the block's
+// GROUPS groups take every GROUPS-th key of the split, each with its own running (m, l, acc) per
+// query, merged at the end. On the general path a lane whose elements start at or past dh holds
+// zeros and scores nothing of its own.
 // NT is the most queries the instantiation takes, n_tokens <= NT: 1 for a decode step proper, whose
 // sums then need a quarter of the registers (more blocks per SM), DECODE_MAX_TOKENS for the rest.
 // attention_append (k_new and v_new given): the keys and values of positions pos .. pos + n_tokens - 1
-// are this run's k_new and v_new (n_tokens, kv_heads, DH), not cache rows: the split that owns such a
+// are this run's k_new and v_new (n_tokens, kv_heads, dh), not cache rows: the split that owns such a
 // row reads it from there (the key rotated by rotated() when inv_freq is given, as rope_kv_update
 // would store it), and the block of the kv head's first query head writes both into the caches. No
 // block of this launch reads those cache rows, so the writes race with nothing; the next run reads them.
-template <typename T, int DH, int NT>
+template <typename T, int DH, int NT, bool EXACT>
 __global__ void __launch_bounds__(DECODE_THREADS, NT == 1 ? 6 : 1)
     attention_split_kernel(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                            const T* __restrict__ k_new, const T* __restrict__ v_new, const int64_t* __restrict__ pos,
-                           const float* __restrict__ inv_freq, int layout,
-                           int n_tokens, int heads, int kv_heads, int64_t cache_rows, int64_t min_chunk, int n_splits,
-                           float scale_log2) {
-    // TODO(lab5/02) begin: first wait_for_previous() and start_next() (attention_append: after loading its first step of cache rows, which lie below pos, see llm_kernels.h); the keys of this split, [split * chunk, + chunk) with chunk = run_chunk(last, n_splits, min_chunk), cut at last = min(pos + n_tokens, cache_rows) (return at once when the split starts past it, after split 0 has written zeros through merge_splits if last <= 0); each group walks its keys, KEYS of them loaded before the first is scored, (every thread of the block the same number of steps: the shuffles need the whole warp), with q turned by rotated() when inv_freq is given (attention_rope); with k_new (attention_append), rows j >= pos come from k_new and v_new at row j - pos instead of the cache, the key turned by rotated() at position j, and the kv head's first query head (h % (heads / kv_heads) == 0) writes both into the cache rows j; the score of every query t by a dot of 16-byte vectors and a shuffle sum inside the group, masked to keys <= pos + t, the online softmax update; then merge the groups (shuffles inside a warp, shared memory across warps) and write m, l and acc of every query to the scratch at ((h * n_splits + split) * n_tokens + t); last, the arrival: __threadfence(), one thread counts the block in g_arrived[h] (atomicAdd), and the block that finds every other working split already counted puts the count back to 0 and runs merge_splits; see the chapter's section "Flash-decoding"; about 85 lines.
-    constexpr int V = VEC<T>;
-    constexpr int LANES = DH / V;  // f16/bf16: 16, 8 or 4 (dh 128, 64, 32); f32: 32, 16 or 8
-    constexpr int GROUPS = DECODE_THREADS / LANES;
-    constexpr int WARPS = DECODE_THREADS / 32;
+                           const float* __restrict__ inv_freq, int layout, int n_tokens, int heads, int kv_heads,
+                           int head_dim, int64_t cache_rows, int64_t min_chunk, int n_splits, float scale_log2) {
+    constexpr int V = LANE_ELEMS<T, DH>;  // a lane's elements of a row
+    constexpr int LANES = DH / V;         // f16/bf16: 8, 16, 32 (DH 64, 128, 256); f32: 16, 32, 32
+    [[maybe_unused]] constexpr int GROUPS = DECODE_THREADS / LANES;
+    [[maybe_unused]] constexpr int WARPS = DECODE_THREADS / 32;
     static_assert(LANES <= 32 && 32 % LANES == 0, "a group of lanes lies inside one warp");
+    [[maybe_unused]] const int dh = EXACT ? DH : head_dim;  // the exact path's: a constant in every index
+    // TODO(lab5/02) begin: first wait_for_previous() and start_next() (attention_append: after loading its first step of cache rows, which lie below pos, see llm_kernels.h); the keys of this split, [split * chunk, + chunk) with chunk = run_chunk(last, n_splits, min_chunk), cut at last = min(pos + n_tokens, cache_rows) (return at once when the split starts past it, after split 0 has written zeros through merge_splits if last <= 0); rows are dh elements long and dh apart (row_stride = kv_heads * dh), lane l of a group holds elements l * V .. l * V + V - 1 of each, read by load_keys/load_packet (zeros past dh); each group walks its keys, KEYS of them loaded before the first is scored, (every thread of the block the same number of steps: the shuffles need the whole warp), with q turned by rotated() when inv_freq is given (attention_rope; zeros past dh); with k_new (attention_append), rows j >= pos come from k_new and v_new at row j - pos instead of the cache, the key turned by rotated() at position j, and the kv head's first query head (h % (heads / kv_heads) == 0) writes both into the cache rows j; the score of every query t by a dot of the lane's V elements and a shuffle sum inside the group, masked to keys <= pos + t, the online softmax update; then merge the groups (shuffles inside a warp, shared memory across warps) and write m, l and acc (DH floats) of every query to the scratch at ((h * n_splits + split) * n_tokens + t); last, the arrival: __threadfence(), one thread counts the block in g_arrived[h] (atomicAdd), and the block that finds every other working split already counted puts the count back to 0 and runs merge_splits; see the chapter's section "Flash-decoding"; about 90 lines.
     __shared__ float s_m[WARPS][NT], s_l[WARPS][NT];
     __shared__ float s_acc[WARPS][NT][DH];
     // attention_append reads pos and the cache rows below it before waiting for the kernel before (a
@@ -540,23 +613,24 @@ __global__ void __launch_bounds__(DECODE_THREADS, NT == 1 ? 6 : 1)
         // no keys at all (pos <= -n_tokens): no split writes partials, so split 0 writes the zeros
         if (last <= 0 && split == 0) {
             if (early) wait_for_previous();
-            merge_splits<T, DH>(out, 0, chunk, n_tokens, heads, h, n_splits);
+            merge_splits<T, DH, EXACT>(out, 0, chunk, n_tokens, heads, h, n_splits, dh);
         }
         return;
     }
     const int64_t end = min64(begin + chunk, last);
     const int lane = threadIdx.x % LANES, group = threadIdx.x / LANES;
     const int warp = threadIdx.x / 32;
-    const int64_t row_stride = static_cast<int64_t>(kv_heads) * DH;
-    const T* k_head = k + static_cast<int64_t>(kvh) * DH + lane * V;
-    const T* v_head = v + static_cast<int64_t>(kvh) * DH + lane * V;
+    const int e0 = lane * V;  // the lane's first element of a row
+    const int64_t row_stride = static_cast<int64_t>(kv_heads) * dh;
+    const T* k_lane = k + static_cast<int64_t>(kvh) * dh + e0;
+    const T* v_lane = v + static_cast<int64_t>(kvh) * dh + e0;
     // attention_append: cache rows from p0 on are this run's, in k_new and v_new (rows j - p0)
     const int64_t cached_end = min64(end, early ? p0 : last), fresh_begin = max64(begin, cached_end);
     // KEYS keys per group per step, all loaded before the first is scored: a split is a few dozen
     // keys, and one round trip to memory for all of them beats one per key. The first step's
     // loads are issued here, the next step's at the end of each step.
-    uint4 kr[KEYS], vr[KEYS];  // raw bits: half the registers of floats for f16 and bf16
-    load_keys<T, KEYS, GROUPS>(kr, vr, k_head, v_head, row_stride, begin + group, cached_end);
+    Packet<T, V> kr[KEYS], vr[KEYS];  // raw bits: half the registers of floats for f16 and bf16
+    load_keys<T, EXACT, KEYS, GROUPS>(kr, vr, k_lane, v_lane, row_stride, begin + group, cached_end, e0, dh);
     if (early) {
         wait_for_previous();
         start_next();
@@ -571,13 +645,15 @@ __global__ void __launch_bounds__(DECODE_THREADS, NT == 1 ? 6 : 1)
 #pragma unroll
         for (int e = 0; e < V; ++e) qv[t][e] = acc[t][e] = 0.0f;
         if (t < n_tokens) {
-            const T* q_row = q + (static_cast<int64_t>(t) * heads + h) * DH;
+            const T* q_row = q + (static_cast<int64_t>(t) * heads + h) * dh;
             if (inv_freq == nullptr) {
-                load_vec(q_row + lane * V, qv[t]);
+                unpack<T>(load_packet<T, V, EXACT>(q_row + e0, e0, dh), qv[t]);
             } else {  // attention_rope: q as RoPE leaves it, at position pos + t
 #pragma unroll
                 for (int e = 0; e < V; ++e) {
-                    qv[t][e] = rotated(q_row, lane * V + e, DH, static_cast<float>(p0 + t), inv_freq, layout);
+                    if (e0 + e < dh) {
+                        qv[t][e] = rotated(q_row, e0 + e, dh, static_cast<float>(p0 + t), inv_freq, layout);
+                    }
                 }
             }
 #pragma unroll
@@ -592,13 +668,17 @@ __global__ void __launch_bounds__(DECODE_THREADS, NT == 1 ? 6 : 1)
     if (fresh_begin < end) {  // the same for the whole block
         for (int i = threadIdx.x; i < (end - fresh_begin) * DH; i += DECODE_THREADS) {
             const int r = i / DH, d = i % DH;
-            const int64_t j = fresh_begin + r, at = (j - p0) * row_stride + static_cast<int64_t>(kvh) * DH + d;
+            if (d >= dh) {  // the general path's padding: zeros, as load_packet gives past dh
+                s_knew[r][d] = 0.0f;
+                continue;
+            }
+            const int64_t j = fresh_begin + r, at = (j - p0) * row_stride + static_cast<int64_t>(kvh) * dh + d;
             const T* row = k_new + at - d;
             const float kv = inv_freq == nullptr ? to_f(row[d])
-                                                 : rotated(row, d, DH, static_cast<float>(j), inv_freq, layout);
+                                                 : rotated(row, d, dh, static_cast<float>(j), inv_freq, layout);
             s_knew[r][d] = kv;  // rounded to T already, as rope_kv_update stores it
             if (writer) {
-                const int64_t to = j * row_stride + static_cast<int64_t>(kvh) * DH + d;
+                const int64_t to = j * row_stride + static_cast<int64_t>(kvh) * dh + d;
                 const_cast<T*>(k)[to] = from_f<T>(kv);
                 const_cast<T*>(v)[to] = v_new[at];
             }
@@ -610,11 +690,12 @@ __global__ void __launch_bounds__(DECODE_THREADS, NT == 1 ? 6 : 1)
         for (int b = 0; b < KEYS; ++b) {
             const int64_t j = base + b * GROUPS + group;
             float kf[V], vf[V];
-            unpack_vec<T>(kr[b], kf);
-            unpack_vec<T>(vr[b], vf);
+            unpack<T>(kr[b], kf);
+            unpack<T>(vr[b], vf);
             score_key<NT, V, LANES>(qv, kf, vf, j < cached_end, j, p0, n_tokens, m, l, acc);
         }
-        load_keys<T, KEYS, GROUPS>(kr, vr, k_head, v_head, row_stride, base + GROUPS * KEYS + group, cached_end);
+        load_keys<T, EXACT, KEYS, GROUPS>(kr, vr, k_lane, v_lane, row_stride, base + GROUPS * KEYS + group,
+                                          cached_end, e0, dh);
     }
     for (int64_t base = fresh_begin; base < end; base += GROUPS) {  // uniform, as above
         const int64_t j = base + group;
@@ -622,10 +703,10 @@ __global__ void __launch_bounds__(DECODE_THREADS, NT == 1 ? 6 : 1)
 #pragma unroll
         for (int e = 0; e < V; ++e) kf[e] = vf[e] = 0.0f;
         if (j < end) {
-            const int64_t at = (j - p0) * row_stride + static_cast<int64_t>(kvh) * DH + lane * V;
-            unpack_vec<T>(*reinterpret_cast<const uint4*>(v_new + at), vf);
+            const int64_t at = (j - p0) * row_stride + static_cast<int64_t>(kvh) * dh + e0;
+            unpack<T>(load_packet<T, V, EXACT>(v_new + at, e0, dh), vf);
 #pragma unroll
-            for (int e = 0; e < V; ++e) kf[e] = s_knew[j - fresh_begin][lane * V + e];
+            for (int e = 0; e < V; ++e) kf[e] = s_knew[j - fresh_begin][e0 + e];
         }
         score_key<NT, V, LANES>(qv, kf, vf, j < end, j, p0, n_tokens, m, l, acc);
     }
@@ -648,7 +729,7 @@ __global__ void __launch_bounds__(DECODE_THREADS, NT == 1 ? 6 : 1)
         for (int t = 0; t < NT; ++t) {  // unrolled: registers indexed by constants only
             if (t >= n_tokens) break;
 #pragma unroll
-            for (int e = 0; e < V; ++e) s_acc[warp][t][lane * V + e] = acc[t][e];
+            for (int e = 0; e < V; ++e) s_acc[warp][t][e0 + e] = acc[t][e];
             if (lane == 0) {
                 s_m[warp][t] = m[t];
                 s_l[warp][t] = l[t];
@@ -683,7 +764,7 @@ __global__ void __launch_bounds__(DECODE_THREADS, NT == 1 ? 6 : 1)
         if (s_last) g_arrived[h] = 0;  // every working block has counted: ready for the next launch
     }
     __syncthreads();
-    if (s_last) merge_splits<T, DH>(out, last, chunk, n_tokens, heads, h, n_splits);
+    if (s_last) merge_splits<T, DH, EXACT>(out, last, chunk, n_tokens, heads, h, n_splits, dh);
     // TODO(lab5/02) end
 }
 
@@ -696,20 +777,58 @@ constexpr int BQ = PREFILL_WARPS * ROWS;   // queries per block
 constexpr int BK = 32;                      // keys per tile: one per lane
 static_assert(BK == 32, "a key tile has one key per lane of a warp");
 
-template <typename T, int DH>
+// The prefill kernel's shared memory, every row DH floats (zeros past dh on the general path).
+template <int DH>
+struct PrefillTiles {
+    float (&q)[BQ][DH];                   // the block's queries, rotated and scaled
+    float (&k)[BK][DH + 1];               // a tile of keys; +1: lane j reads row j, the rows fall in different banks
+    float (&v)[BK][DH];                   // their values
+    float (&p)[PREFILL_WARPS][ROWS][BK];  // each warp's weights of the tile's keys
+};
+
+template <int DH>
+constexpr int PREFILL_SMEM =
+    static_cast<int>(sizeof(float)) * (BQ * DH + BK * (DH + 1) + BK * DH + PREFILL_WARPS * ROWS * BK);
+
+// Past 48 KB a block's shared memory must be dynamic, and its kernel opt in from the host: DH 256 (82 KB).
+template <int DH>
+constexpr int PREFILL_DYNAMIC_SMEM = PREFILL_SMEM<DH> > 48 * 1024 ? PREFILL_SMEM<DH> : 0;
+
+template <int DH>
+__device__ __forceinline__ PrefillTiles<DH> prefill_tiles() {
+    if constexpr (PREFILL_DYNAMIC_SMEM<DH> == 0) {
+        __shared__ __align__(16) float q[BQ][DH];
+        __shared__ float k[BK][DH + 1];
+        __shared__ __align__(16) float v[BK][DH];
+        __shared__ __align__(16) float p[PREFILL_WARPS][ROWS][BK];
+        return {q, k, v, p};
+    } else {  // the arrays one after the other, each on a 16-byte boundary (BQ, BK and DH: multiples of 4)
+        extern __shared__ __align__(16) float prefill_smem[];
+        float* at = prefill_smem;
+        auto& q = *reinterpret_cast<float(*)[BQ][DH]>(at);
+        auto& k = *reinterpret_cast<float(*)[BK][DH + 1]>(at += BQ * DH);
+        auto& v = *reinterpret_cast<float(*)[BK][DH]>(at += BK * (DH + 1));
+        auto& p = *reinterpret_cast<float(*)[PREFILL_WARPS][ROWS][BK]>(at += BK * DH);
+        return {q, k, v, p};
+    }
+}
+
+template <typename T, int DH, bool EXACT>
 __global__ void __launch_bounds__(PREFILL_WARPS * 32)
     attention_prefill_kernel(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k,
                              const T* __restrict__ v, const int64_t* __restrict__ pos,
                              const float* __restrict__ inv_freq, int layout, int64_t n_tokens, int heads, int kv_heads,
-                             int64_t cache_rows, float scale_log2) {
+                             int head_dim, int64_t cache_rows, float scale_log2) {
     wait_for_previous();
     start_next();
-    // TODO(lab5/02) begin: stage the block's queries (turned by rotated() when inv_freq is given, scaled by scale_log2, zeros past n_tokens); walk the key tiles below min(pos + last query of the block + 1, cache_rows) (zeros past it: never read those rows): stage K and V, each lane scores its key against the warp's ROWS queries, mask (key > pos + t, or t past n_tokens), the online softmax per query (warp max and sum), p through shared memory, acc += p * V; write acc / l rounded once; see the chapter's section "Flash attention"; about 75 lines.
+    const PrefillTiles<DH> tiles = prefill_tiles<DH>();
+    auto& s_q = tiles.q;
+    auto& s_k = tiles.k;
+    auto& s_v = tiles.v;
+    auto& s_p = tiles.p;
+    [[maybe_unused]] const int dh = EXACT ? DH : head_dim;  // the exact path's: a constant in every index
+    // TODO(lab5/02) begin: stage the block's queries (turned by rotated() when inv_freq is given, scaled by scale_log2, zeros past n_tokens and past dh: rows are dh elements long and dh apart); walk the key tiles below min(pos + last query of the block + 1, cache_rows) (zeros past it: never read those rows): stage K and V (zeros past dh), each lane scores its key against the warp's ROWS queries, mask (key > pos + t, or t past n_tokens), the online softmax per query (warp max and sum), p through shared memory, acc += p * V; write acc / l rounded once, the elements below dh only; see the chapter's section "Flash attention"; about 75 lines.
     constexpr int PER_LANE = DH / 32;
-    __shared__ __align__(16) float s_q[BQ][DH];
-    __shared__ float s_k[BK][DH + 1];  // +1: lane j reads row j, the rows fall in different banks
-    __shared__ __align__(16) float s_v[BK][DH];
-    __shared__ __align__(16) float s_p[PREFILL_WARPS][ROWS][BK];
     const int h = blockIdx.y, kvh = h / (heads / kv_heads);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t q0 = static_cast<int64_t>(blockIdx.x) * BQ;
@@ -718,9 +837,9 @@ __global__ void __launch_bounds__(PREFILL_WARPS * 32)
         const int r = i / DH, d = i % DH;
         const int64_t t = q0 + r;
         float qd = 0.0f;
-        if (t < n_tokens) {
-            const T* q_row = q + (t * heads + h) * DH;
-            qd = inv_freq == nullptr ? to_f(q_row[d]) : rotated(q_row, d, DH, static_cast<float>(p0 + t), inv_freq, layout);
+        if (t < n_tokens && d < dh) {
+            const T* q_row = q + (t * heads + h) * dh;
+            qd = inv_freq == nullptr ? to_f(q_row[d]) : rotated(q_row, d, dh, static_cast<float>(p0 + t), inv_freq, layout);
         }
         s_q[r][d] = qd * scale_log2;
     }
@@ -734,15 +853,15 @@ __global__ void __launch_bounds__(PREFILL_WARPS * 32)
 #pragma unroll
         for (int i = 0; i < PER_LANE; ++i) acc[r][i] = 0.0f;
     }
-    const int64_t row_stride = static_cast<int64_t>(kv_heads) * DH;
+    const int64_t row_stride = static_cast<int64_t>(kv_heads) * dh;
     for (int64_t k0 = 0; k0 < kmax; k0 += BK) {
         __syncthreads();  // the last tile is consumed (and, the first time, s_q is written)
         for (int i = threadIdx.x; i < BK * DH; i += blockDim.x) {
             const int r = i / DH, d = i % DH;
             const int64_t j = k0 + r;
-            const bool in = j < kmax;
-            s_k[r][d] = in ? to_f(k[j * row_stride + kvh * DH + d]) : 0.0f;
-            s_v[r][d] = in ? to_f(v[j * row_stride + kvh * DH + d]) : 0.0f;
+            const bool in = j < kmax && d < dh;
+            s_k[r][d] = in ? to_f(k[j * row_stride + kvh * dh + d]) : 0.0f;
+            s_v[r][d] = in ? to_f(v[j * row_stride + kvh * dh + d]) : 0.0f;
         }
         __syncthreads();
         float s[ROWS];
@@ -794,7 +913,9 @@ __global__ void __launch_bounds__(PREFILL_WARPS * 32)
         if (t >= n_tokens) continue;
         const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
 #pragma unroll
-        for (int i = 0; i < PER_LANE; ++i) out[(t * heads + h) * DH + lane + 32 * i] = from_f<T>(acc[r][i] * inv);
+        for (int i = 0; i < PER_LANE; ++i) {
+            if (lane + 32 * i < dh) out[(t * heads + h) * dh + lane + 32 * i] = from_f<T>(acc[r][i] * inv);
+        }
     }
     // TODO(lab5/02) end
 }
@@ -812,10 +933,12 @@ struct NewRows {
     const void* v;
 };
 
-template <typename T, int DH>
+// One path of attention: the specialised kernels (EXACT, dh = DH) or the general path's instantiation
+// for dh <= DH.
+template <typename T, int DH, bool EXACT>
 static cudaError_t attention_dh(T* out, const T* q, const T* k, const T* v, const int64_t* pos, QueryRope rope,
-                                NewRows fresh, int64_t n_tokens, int64_t heads, int64_t kv_heads, int64_t cache_rows,
-                                float scale, cudaStream_t stream) {
+                                NewRows fresh, int64_t n_tokens, int64_t heads, int64_t kv_heads, int64_t dh,
+                                int64_t cache_rows, float scale, cudaStream_t stream) {
     const float scale_log2 = scale * LOG2E;
     const int64_t rows_per_split = heads * n_tokens;  // partial rows one split of every head fills
     if (n_tokens <= DECODE_MAX_TOKENS && rows_per_split <= SCRATCH_ROWS) {
@@ -828,24 +951,47 @@ static cudaError_t attention_dh(T* out, const T* q, const T* k, const T* v, cons
         const int64_t chunk = MIN_CHUNK;
         if (heads > 65535) return cudaErrorInvalidValue;
         const dim3 grid(static_cast<unsigned int>(splits), static_cast<unsigned int>(heads));
-        // one query (decode proper) keeps a quarter of the registers: more blocks fit an SM
-        auto* split_kernel =
-            n_tokens == 1 ? attention_split_kernel<T, DH, 1> : attention_split_kernel<T, DH, DECODE_MAX_TOKENS>;
+        // one query (decode proper) keeps a quarter of the registers: more blocks fit an SM. The
+        // general path is compiled once, for up to DECODE_MAX_TOKENS queries: it is not worth the
+        // build time of a second form
+        auto* split_kernel = attention_split_kernel<T, DH, DECODE_MAX_TOKENS, EXACT>;
+        if constexpr (EXACT) {
+            if (n_tokens == 1) split_kernel = attention_split_kernel<T, DH, 1, EXACT>;
+        }
         launch_chained(split_kernel, grid, dim3(DECODE_THREADS), stream, out, q, k, v, static_cast<const T*>(fresh.k),
                        static_cast<const T*>(fresh.v), pos, rope.inv_freq, rope.layout,
-                       static_cast<int>(n_tokens), static_cast<int>(heads), static_cast<int>(kv_heads), cache_rows,
-                       chunk, static_cast<int>(splits), scale_log2);
+                       static_cast<int>(n_tokens), static_cast<int>(heads), static_cast<int>(kv_heads),
+                       static_cast<int>(dh), cache_rows, chunk, static_cast<int>(splits), scale_log2);
         return cudaGetLastError();
     }
     if (fresh.k != nullptr) return cudaErrorInvalidValue;  // the prefill kernel reads every key from the cache
     const int64_t tiles = (n_tokens + BQ - 1) / BQ;
     if (tiles > 0x7fffffff || heads > 65535) return cudaErrorInvalidValue;
     const dim3 grid(static_cast<unsigned int>(tiles), static_cast<unsigned int>(heads));
-    attention_prefill_kernel<T, DH><<<grid, PREFILL_WARPS * 32, 0, stream>>>(
-        out, q, k, v, pos, rope.inv_freq, rope.layout, n_tokens, static_cast<int>(heads), static_cast<int>(kv_heads),
-        cache_rows, scale_log2);
+    auto* prefill_kernel = attention_prefill_kernel<T, DH, EXACT>;
+    constexpr int smem = PREFILL_DYNAMIC_SMEM<DH>;
+    if constexpr (smem > 0) {
+        // an attribute of the kernel on a device, not a stream operation (a CUDA graph may be capturing
+        // the stream): set on the first launch on each device, as the runtime may make it wait for
+        // copies in flight
+        static std::atomic<unsigned long long> opted_in{0};  // a bit per device
+        int device = 0;
+        cudaError_t e = cudaGetDevice(&device);
+        if (e != cudaSuccess) return e;
+        const unsigned long long bit = device < 64 ? 1ull << device : 0;  // past 64 devices: every launch
+        if ((opted_in.load() & bit) == 0) {
+            e = cudaFuncSetAttribute(prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+            if (e != cudaSuccess) return e;
+            opted_in.fetch_or(bit);
+        }
+    }
+    prefill_kernel<<<grid, PREFILL_WARPS * 32, smem, stream>>>(out, q, k, v, pos, rope.inv_freq, rope.layout, n_tokens,
+                                                               static_cast<int>(heads), static_cast<int>(kv_heads),
+                                                               static_cast<int>(dh), cache_rows, scale_log2);
     return cudaGetLastError();
 }
+
+static bool aligned4(const void* p) { return reinterpret_cast<uintptr_t>(p) % 4 == 0; }
 
 template <typename T>
 static cudaError_t attention(T* out, const T* q, const T* k, const T* v, const int64_t* pos, QueryRope rope,
@@ -854,20 +1000,36 @@ static cudaError_t attention(T* out, const T* q, const T* k, const T* v, const i
     if (n_tokens < 1 || heads < 1 || kv_heads < 1 || heads % kv_heads != 0 || cache_rows < 1) {
         return cudaErrorInvalidValue;
     }
+    if (dh < MIN_DH || dh > MAX_DH || dh % 2 != 0) return cudaErrorInvalidValue;
     if (rope.inv_freq != nullptr && rope.layout != 0 && rope.layout != 1) return cudaErrorInvalidValue;
-    if (!aligned16(q) || !aligned16(k) || !aligned16(v)) return cudaErrorInvalidValue;  // 16-byte vector loads
-    if ((fresh.k == nullptr) != (fresh.v == nullptr) || !aligned16(fresh.v)) return cudaErrorInvalidValue;
-    if (dh == 32) {
-        return attention_dh<T, 32>(out, q, k, v, pos, rope, fresh, n_tokens, heads, kv_heads, cache_rows, scale, stream);
+    if ((fresh.k == nullptr) != (fresh.v == nullptr)) return cudaErrorInvalidValue;
+    // the general path reads 32-bit words: with dh even, every row of an aligned tensor starts on 4 bytes
+    if (!aligned4(q) || !aligned4(k) || !aligned4(v) || !aligned4(fresh.k) || !aligned4(fresh.v)) {
+        return cudaErrorInvalidValue;
     }
-    if (dh == 64) {
-        return attention_dh<T, 64>(out, q, k, v, pos, rope, fresh, n_tokens, heads, kv_heads, cache_rows, scale, stream);
+    // the specialised kernels, for the head dims of the usual checkpoints (Llama 2 and 3: 128; Llama
+    // 3.2 1B, TinyLlama: 64), read rows as 16-byte vectors (k_new element by element); the general
+    // path, slower (32-bit loads, rows padded to DH), takes the rest, the tiny model's 32 too
+    const bool vectors = aligned16(q) && aligned16(k) && aligned16(v) && aligned16(fresh.v);
+    if (vectors && dh == 64) {
+        return attention_dh<T, 64, true>(out, q, k, v, pos, rope, fresh, n_tokens, heads, kv_heads, dh, cache_rows,
+                                         scale, stream);
     }
-    if (dh == 128) {
-        return attention_dh<T, 128>(out, q, k, v, pos, rope, fresh, n_tokens, heads, kv_heads, cache_rows, scale,
-                                    stream);
+    if (vectors && dh == 128) {
+        return attention_dh<T, 128, true>(out, q, k, v, pos, rope, fresh, n_tokens, heads, kv_heads, dh, cache_rows,
+                                          scale, stream);
     }
-    return cudaErrorInvalidValue;
+    // the general path: the smallest instantiation that holds dh
+    if (dh <= 64) {
+        return attention_dh<T, 64, false>(out, q, k, v, pos, rope, fresh, n_tokens, heads, kv_heads, dh, cache_rows,
+                                          scale, stream);
+    }
+    if (dh <= 128) {
+        return attention_dh<T, 128, false>(out, q, k, v, pos, rope, fresh, n_tokens, heads, kv_heads, dh, cache_rows,
+                                           scale, stream);
+    }
+    return attention_dh<T, 256, false>(out, q, k, v, pos, rope, fresh, n_tokens, heads, kv_heads, dh, cache_rows,
+                                       scale, stream);
 }
 
 // ---- the C entry points: each template three times --------------------------------------------------
