@@ -369,11 +369,11 @@ VARIANTS: dict[str, Variant] = {
         [
             (
                 "            for (int e = 0; e < V; ++e) qv[t][e] *= scale_log2;\n",
-                "            for (int e = 0; e < V; ++e) qv[t][e] *= rsqrtf(static_cast<float>(DH)) * LOG2E;\n",
+                "            for (int e = 0; e < V; ++e) qv[t][e] *= rsqrtf(static_cast<float>(dh)) * LOG2E;\n",
             ),
             (
                 "        s_q[r][d] = qd * scale_log2;\n",
-                "        s_q[r][d] = qd * (rsqrtf(static_cast<float>(DH)) * LOG2E);  // 1/sqrt(d)\n",
+                "        s_q[r][d] = qd * (rsqrtf(static_cast<float>(dh)) * LOG2E);  // 1/sqrt(dh)\n",
             ),
         ],
         {"wrong"},
