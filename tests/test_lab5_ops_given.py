@@ -139,6 +139,31 @@ def test_a_layer_round_trips_through_text():
     assert to_text(parse(text)) == text
 
 
+def appended(read_after: bool) -> kiln.Graph:
+    """One decode step through the fused attention_append, which writes both caches and returns
+    the attention; `read_after` adds a node that reads the key cache after that write."""
+    b = kiln.Builder("append")
+    q, k, v = b.input("q", (1, 4, 16)), b.input("k", (1, 2, 16)), b.input("v", (1, 2, 16))
+    pos, freq = b.input("pos", (1,), "int64"), b.constant("rope.inv_freq", torch.rand(8))
+    kc, vc = b.buffer("k_cache", (8, 2, 16)), b.buffer("v_cache", (8, 2, 16))
+    a = b.op("attention_append", q, k, v, kc, vc, pos, freq, scale=0.25, layout="half")
+    return b.output(a, *([b.op("attention", q, kc, vc, pos, scale=0.25)] if read_after else []))
+
+
+def test_hidden_cache_writes_are_printed_and_checked():
+    """The fused attention writes the caches but returns the attention: the text form says the
+    writes, and a read of a cache after them is refused as a read of contents already overwritten."""
+    for name, writes in {"kv_update": (0,), "rope_kv_update": (0,), "attention_append": (3, 4)}.items():
+        assert ops.get(name).writes == writes, name
+    assert ops.get("attention_append_qkv").writes == (1, 2)
+    text = to_text(appended(read_after=False))
+    (line,) = [x for x in text.splitlines() if "attention_append" in x]
+    assert line.endswith("  # writes %k_cache, %v_cache"), line
+    assert to_text(parse(text)) == text  # the comment is for the reader: the parser skips it
+    with pytest.raises(kiln.IRError, match=r"%t1 \(attention\) reads %k_cache.*%t0 \(attention_append\)"):
+        appended(read_after=True).validate()
+
+
 def test_builder_names_the_node_of_a_bad_layer():
     b = kiln.Builder("bad")
     x = b.input("x", (3, 32), "float32")

@@ -13,8 +13,9 @@ import dataclasses
 import importlib.util
 import json
 import os
+import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from types import ModuleType
 from typing import NamedTuple
@@ -201,11 +202,19 @@ def _worker_setup() -> None:
     os.environ["GRADER_FORKSERVER"] = "0"
 
 
-def grade_lab(lab: str, gpu: bool, huge: bool = True, at_build: bool = False, jobs: int = 1) -> dict[str, TaskResult]:
+def grade_lab(
+    lab: str,
+    gpu: bool,
+    huge: bool = True,
+    at_build: bool = False,
+    jobs: int = 1,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, TaskResult]:
     """Every variant of `lab`, graded: its batches, the sanitized ones, the huge ones, the timed ones.
     Without a GPU, the variants of tasks that need none (and, with `at_build`, those of GPU tasks
     that the build decides). `jobs` grading runs at once (the untimed ones: the timed ones run
-    alone afterwards, so that no other run shares the GPU while they are timed)."""
+    alone afterwards, so that no other run shares the GPU while they are timed). `progress` hears
+    one line per finished run: a lab's variants take minutes on a GPU."""
     broken = catalogue_of(lab)
     untimed: list[Run] = []
     timed: list[Run] = []
@@ -224,15 +233,25 @@ def grade_lab(lab: str, gpu: bool, huge: bool = True, at_build: bool = False, jo
         # them (quick timing's few calls let a run's noise decide a close target, either way)
         timed = [(lab, batch, False, False, TimingMode.BENCH) for batch in one_per_task(broken.TIMED)]
     out: dict[str, TaskResult] = {}
+    start, runs, finished = time.perf_counter(), len(untimed) + len(timed), 0
+
+    def done(results: dict[str, TaskResult]) -> None:
+        nonlocal finished
+        out.update(results)
+        finished += 1
+        if progress:
+            seconds = time.perf_counter() - start
+            progress(f"  {lab}: {finished} of {runs} grading runs done, {len(out)} variants graded ({seconds:.0f} s)")
+
     if jobs > 1 and len(untimed) > 1:
         with ProcessPoolExecutor(min(jobs, len(untimed)), initializer=_worker_setup) as pool:
-            for results in pool.map(_grade_run, untimed):
-                out.update(results)
+            for future in as_completed([pool.submit(_grade_run, run) for run in untimed]):
+                done(future.result())
     else:
         for run in untimed:
-            out.update(_grade_run(run))
+            done(_grade_run(run))
     for run in timed:
-        out.update(_grade_run(run))
+        done(_grade_run(run))
     return out
 
 
@@ -275,7 +294,7 @@ def tally(lab: str, results: dict[str, TaskResult]) -> dict[str, Tally]:
 def check_lab(lab: str, gpu: bool, say: Callable[[str], None], jobs: int = 1) -> list[str]:
     """Grades `lab`'s variants (`jobs` grading runs at once), prints caught / graded per class,
     and returns one problem per variant the grader let through (or judged with the wrong verdict)."""
-    results = grade_lab(lab, gpu, huge=False, at_build=True, jobs=jobs)
+    results = grade_lab(lab, gpu, huge=False, at_build=True, jobs=jobs, progress=say)
     problems = [p for n, r in results.items() if (p := missed(lab, n, r))]
     counts = tally(lab, results)
     caught = sum(t.caught for t in counts.values())

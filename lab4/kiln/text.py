@@ -66,13 +66,22 @@ def _name(name: str, what: str) -> str:
 
 
 def node_line(n: Node) -> str:
-    """`%t1 = matmul(%x, %t0) : f32[4, 1000]`"""
+    """`%t1 = matmul(%x, %t0) : f32[4, 1000]`; a write the output does not name is said in a comment:
+    `%a = attention_append(...) : f32[1, 4, 8]  # writes %k_cache, %v_cache`."""
     text = f"%{_name(n.name, 'node')} = {n.op}"
     if n.inputs or n.op not in SOURCES:
         text += "(" + ", ".join(f"%{i.name}" for i in n.inputs) + ")"
     if n.attrs:
         text += " {" + ", ".join(f"{_name(k, 'attribute')} = {_value(v)}" for k, v in n.attrs.items()) + "}"
-    return f"{text} : {n.type}"
+    text += f" : {n.type}"
+    # slice_update returns the buffer it writes, so its line shows the write; an operator that
+    # writes an input and returns something else (lab 5's fused attention writes the KV caches)
+    # would change memory that no printed value names
+    d = None if n.op in SOURCES else ops.REGISTRY.get(n.op)
+    hidden = [n.inputs[i] for i in d.writes if i != d.view_of] if d is not None else []
+    if hidden:
+        text += "  # writes " + ", ".join(f"%{i.name}" for i in hidden)
+    return text
 
 
 def to_text(graph: Graph) -> str:

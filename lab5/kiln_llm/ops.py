@@ -242,6 +242,7 @@ register(
         3,
         _kv_update,
         view_of=0,
+        writes=(0,),
         doc="cache[pos:pos+T] = value, pos read at run time; returns the cache (a view)",
     )
 )
@@ -290,6 +291,7 @@ register(
         _rope_kv_update,
         attrs=("layout",),
         view_of=0,
+        writes=(0,),
         doc="kv_update(cache, rope(value, pos, inv_freq), pos): the new keys rotated on their way into the cache",
     )
 )
@@ -330,6 +332,7 @@ register(
         7,
         _attention_append,
         attrs=("scale", "layout"),
+        writes=(3, 4),  # the caches: the output is the attention, so the IR text says the writes
         doc="rope_kv_update(cache_k, k_new), kv_update(cache_v, v_new), then attention_rope(q, ...) over them: "
         "one decode kernel that writes the new rows into the caches as it reads them",
     )
@@ -379,6 +382,7 @@ register(
         5,
         _attention_append_qkv,
         attrs=("scale", "layout"),
+        writes=(1, 2),
         doc="attention_append of one token whose q, k_new and v_new are the three parts of one row "
         "(rmsnorm_linear_qkv's output)",
     )

@@ -477,7 +477,7 @@ def roped_attention(
     rk = b.op("rope", k, pos2 if other_pos else pos, inv_freq, layout=k_layout)
     kc, vc = b.op("kv_update", k_cache, rk, pos), b.op("kv_update", v_cache, v, pos)
     out = b.op("attention", rq, kc, vc, pos, scale=0.35)
-    extra = [b.op("kv_update", v_cache, v, pos2)] if second_write else []  # the value cache written twice
+    extra = [b.op("kv_update", vc, v, pos2)] if second_write else []  # the value cache written twice
     b.output(*([out, rq] if also_read else [out]), *([vc] if cache_out else []), *extra)
     inputs = {
         n: rand(shape, seed=i)
