@@ -257,7 +257,7 @@ __global__ void rope_kernel(T* out, const T* x, const int64_t* __restrict__ pos,
                             int64_t n_tokens, int64_t heads, int64_t dh, int layout, int64_t cache_rows) {
     wait_for_previous();
     start_next();
-    // TODO(lab5/02) begin: a grid-stride loop over the n_tokens * heads * dh/2 pairs: the pair's token (its position pos[0] + t as a float), its j and its two elements by the layout (half: j and j + dh/2; interleaved: 2j and 2j + 1), the angle in float32, sincosf, both outputs rounded once, written to row t (cache_rows < 0) or to cache row pos + t when that is inside [0, cache_rows); see the chapter's section "Rotary embeddings"; about 20 lines.
+    // TODO(lab5/02) begin: a grid-stride loop over the n_tokens * heads * dh/2 pairs: each turns its two elements (picked by the layout) by (pos[0] + t) * inv_freq[j] in float32, rounds both once and writes them to row t, or to cache row pos + t when cache_rows >= 0 (skipped outside [0, cache_rows)); see the chapter's section "Rotary embeddings" (of task 02); about 20 lines.
     // TODO(lab5/02) end
 }
 
@@ -407,7 +407,7 @@ __device__ void merge_splits(T* __restrict__ out, int64_t last, int64_t chunk, i
     __shared__ float s_factor[MAX_SPLITS * DECODE_MAX_TOKENS];  // (split, t): exp2(m_split - m)
     __shared__ float s_inv_l[DECODE_MAX_TOKENS];
     [[maybe_unused]] const int dh = EXACT ? DH : head_dim;  // the exact path's: a constant in every index
-    // TODO(lab5/02) begin: the splits that had keys (as many chunks as cover last); their (m, l) into shared memory in one pass (head h's rows are contiguous: (split, t) at h * n_splits * n_tokens + split * n_tokens + t); a warp per query t: the largest m, each split's factor exp2(m_split - m) and 1 / (the sum of l * factor), 0 where no key was seen; then every element (t, e) with e < dh (a partial row is DH floats, the last DH - dh of them padding): the sum of factor * acc over the splits, times that inverse, rounded once, at out's (t, h, e), rows dh apart; see the chapter's section "Flash-decoding"; about 30 lines.
+    // TODO(lab5/02) begin: head h's splits that had keys: their (m, l) into shared memory in one pass, a warp per query for the largest m, each split's factor and 1 / (the factored sum of l), then every element below dh: the factored sum of acc, times that inverse, rounded once; see the chapter's section "Flash-decoding" ("The merge"); about 30 lines.
     // TODO(lab5/02) end
 }
 
@@ -481,7 +481,7 @@ __global__ void __launch_bounds__(DECODE_THREADS, NT == 1 ? 6 : 1)
     [[maybe_unused]] constexpr int WARPS = DECODE_THREADS / 32;
     static_assert(LANES <= 32 && 32 % LANES == 0, "a group of lanes lies inside one warp");
     [[maybe_unused]] const int dh = EXACT ? DH : head_dim;  // the exact path's: a constant in every index
-    // TODO(lab5/02) begin: first wait_for_previous() and start_next() (attention_append: after loading its first step of cache rows, which lie below pos, see llm_kernels.h); the keys of this split, [split * chunk, + chunk) with chunk = run_chunk(last, n_splits, min_chunk), cut at last = min(pos + n_tokens, cache_rows) (return at once when the split starts past it, after split 0 has written zeros through merge_splits if last <= 0); rows are dh elements long and dh apart (row_stride = kv_heads * dh), lane l of a group holds elements l * V .. l * V + V - 1 of each, read by load_keys/load_packet (zeros past dh); each group walks its keys, KEYS of them loaded before the first is scored, (every thread of the block the same number of steps: the shuffles need the whole warp), with q turned by rotated() when inv_freq is given (attention_rope; zeros past dh); with k_new (attention_append), rows j >= pos come from k_new and v_new at row j - pos instead of the cache, the key turned by rotated() at position j, and the kv head's first query head (h % (heads / kv_heads) == 0) writes both into the cache rows j; the score of every query t by a dot of the lane's V elements and a shuffle sum inside the group, masked to keys <= pos + t, the online softmax update; then merge the groups (shuffles inside a warp, shared memory across warps) and write m, l and acc (DH floats) of every query to the scratch at ((h * n_splits + split) * n_tokens + t); last, the arrival: __threadfence(), one thread counts the block in g_arrived[h] (atomicAdd), and the block that finds every other working split already counted puts the count back to 0 and runs merge_splits; see the chapter's section "Flash-decoding"; about 90 lines.
+    // TODO(lab5/02) begin: wait and start (attention_append: after its first loads); this split's keys of [0, min(pos + n_tokens, cache_rows)), KEYS per group of lanes loaded before the first is scored; the online softmax, masked to keys <= pos + t; attention_append's new rows; merge the groups, write the partials, count the arrival, the last block merges; see the chapter's section "The split kernel, step by step"; about 90 lines.
     // TODO(lab5/02) end
 }
 
@@ -544,7 +544,7 @@ __global__ void __launch_bounds__(PREFILL_WARPS * 32)
     auto& s_v = tiles.v;
     auto& s_p = tiles.p;
     [[maybe_unused]] const int dh = EXACT ? DH : head_dim;  // the exact path's: a constant in every index
-    // TODO(lab5/02) begin: stage the block's queries (turned by rotated() when inv_freq is given, scaled by scale_log2, zeros past n_tokens and past dh: rows are dh elements long and dh apart); walk the key tiles below min(pos + last query of the block + 1, cache_rows) (zeros past it: never read those rows): stage K and V (zeros past dh), each lane scores its key against the warp's ROWS queries, mask (key > pos + t, or t past n_tokens), the online softmax per query (warp max and sum), p through shared memory, acc += p * V; write acc / l rounded once, the elements below dh only; see the chapter's section "Flash attention"; about 75 lines.
+    // TODO(lab5/02) begin: stage the block's queries (turned when inv_freq is given, scaled by scale_log2); walk the key tiles up to the last key the block's last query may see, never past it: stage K and V, score, mask key > pos + t, the online softmax per query, acc += p * V; write acc / l rounded once, the elements below dh only; see the chapter's section "Flash attention"; about 75 lines.
     // TODO(lab5/02) end
 }
 

@@ -29,8 +29,8 @@
 
 // ---- chained launches (programmatic dependent launch, sm_90 and later) ------------------------------
 //
-// A decode step is some 450 short kernels in a row; between two of them the GPU would drain the
-// first grid, then launch and ramp up the next. Launched by launch_chained(), a kernel may start
+// A decode step of the 7B shape is 162 short kernels in a row (after fusion); between two of them
+// the GPU would drain the first grid, then launch and ramp up the next. Launched by launch_chained(), a kernel may start
 // while the one before it on the stream is still finishing: its blocks take the SMs that grid
 // leaves free and wait there. In exchange every such kernel keeps one rule:
 //   wait_for_previous() comes before the first read of anything the kernel before it on the stream

@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(GEMV_THREADS)
     constexpr int STEP = 32 * VEC;        // elements of a row one warp instruction covers
     using P = Packet<T, VEC>;
     prefetch_rows<T, S>(w, extra, (static_cast<int64_t>(blockIdx.x) * GEMV_WARPS + threadIdx.x / 32) * ROWS, ROWS, n, k);
-    // TODO(lab5/03) begin: find this warp's ROWS rows (w.row(), and extra's for swiglu; clamped to n - 1 for reading), clear M x S float32 sums, load the first stage of w, then wait_for_previous() and start_next() (before the first read of x), walk k by stages of U * STEP: start loading the next stage's U x S packets of w, then multiply the current stage's with a packet of every row of x and add the products; finish the tail of k one STEP at a time (a lane whose packet starts at or past k reads nothing); reduce every sum over the warp with shuffles and write the rows below n through finish(); with NORM, every packet of x goes through scale_by_norm() with g's packet at the same k (each row of x its own sum of squares), and before finish() each row's sums are multiplied by rsqrt(its warp-wide sum of squares / k + eps); see the chapter's sections "Decode is a GEMV: streaming the weights" and "RMSNorm in front of the GEMV"; about 65 lines; try m = 1, n = 9, k = 8 and m = 5, n = 1003, k = 1000.
+    // TODO(lab5/03) begin: this warp's ROWS rows (and extra's for swiglu); the first stage of w, then wait_for_previous() and start_next(); k in stages, loading the next while multiplying the current with every row of x; the tail of k; reduce over the warp, write through finish(); NORM too; see the chapter's section "The GEMV, step by step"; about 65 lines; try m = 1, n = 9, k = 8 and m = 5, n = 1003, k = 1000.
     const int lane = threadIdx.x % 32;
     const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * GEMV_WARPS + threadIdx.x / 32) * ROWS;
     // a whole warp leaves (no barrier in this kernel waits for it); m >= 1 always (the host sees to
@@ -391,7 +391,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     __shared__ __align__(128) T smem[2 * TC_STAGE];
     wait_for_previous();
     start_next();
-    // TODO(lab5/03) begin: clear NW x FM x FN float accumulator fragments; stage step 0 with cp.async (zeros past m, n and k), then for every step of k: start staging the next step into the other stage, wait for this step's group, __syncthreads, multiply this stage's tiles on the tensor cores (A row-major from x's rows, B column-major from w's rows), __syncthreads; finally store every fragment through a per-warp scratch (the stages' memory, now free) and write the elements inside out through finish(); see the chapter's section "Prefill is a GEMM: tensor cores and cp.async"; about 70 lines; try m = 9, 129 and n = 33 at k = 8, 40 and 1000.
+    // TODO(lab5/03) begin: clear the accumulator fragments; stage step 0 with cp.async (zeros past m, n and k); per step of k: stage the next one, wait for this one, multiply its tiles on the tensor cores; store the fragments through a scratch and write through finish(); see the chapter's section "Prefill is a GEMM: tensor cores and cp.async"; about 70 lines; try m = 9, 129 and n = 33 at k = 8, 40 and 1000.
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int wm = warp / 4, wn = warp % 4;  // this warp's 64 rows and WN columns of the block tile
     const int64_t m0 = (static_cast<int64_t>(blockIdx.x) % m_tiles) * TC_BM;
