@@ -27,6 +27,12 @@
 
 #include "course.h"
 
+// The prefill GEMM stages tiles with cp.async and multiplies bf16 on the tensor cores: sm_80 and
+// later. Said here, once, instead of as an incomplete-type error from deep inside mma.h.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#error "lab 5's kernels need a GPU of compute capability 8.0 or newer (cp.async, bf16 tensor cores); lab5/README.md, 'What card lab 5 needs', lists the cards"
+#endif
+
 // ---- chained launches (programmatic dependent launch, sm_90 and later) ------------------------------
 //
 // A decode step of the 7B shape is 162 short kernels in a row (after fusion); between two of them
