@@ -59,7 +59,7 @@ bench-lab5: $(STAMP) ## lab 5 (GPU): the kernels' timings, then decode against t
 	$(PY) -m grader bench lab5 $(if $(TASK),--task $(TASK)) $(if $(SOLUTIONS),--solutions)
 	$(PY) lab5/bench_llama.py $(if $(SOLUTIONS),--solutions --write-readme) $(ARGS)
 
-bench-lab%: $(STAMP) ## time a lab carefully; write its ladder tables and plots into labN/README.md
+bench-lab%: $(STAMP) ## time a lab carefully; write its ladder tables and plots into its chapter (labN/*.md)
 	$(PY) -m grader bench lab$* $(if $(TASK),--task $(TASK)) $(if $(SOLUTIONS),--solutions)
 
 profile-lab%: $(STAMP) ## Nsight Compute summary of one task: make profile-lab1 TASK=03
@@ -76,7 +76,7 @@ train-lab3: $(STAMP) ## train lab 3's MLP and CNN into lab3/models/ (MNIST when 
 	$(PY) -m lab3.train $(ARGS)
 
 check: $(STAMP) ## the course's own tests: pass on any machine, CPU-only included
-	$(PYTEST) grader/tests tests -q -p no:cacheprovider $(ARGS)
+	$(PYTEST) grader/tests tests -p no:cacheprovider -rs --durations=25 $(ARGS)
 
 verify: $(STAMP) ## instructors: every skeleton fails, every reference solution passes, every broken variant is caught (LABS='lab2 lab3')
 	$(PY) -m grader verify $(LABS) $(ARGS)

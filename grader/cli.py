@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("lab", help="e.g. lab2 (or a lab-shaped folder)")
     b.add_argument("--task", default="", help="only these tasks: 04 or 01,04")
     b.add_argument("--solutions", action="store_true", help="time the reference solutions")
-    b.add_argument("--readme", type=Path, help="write the ladder tables here (default: the lab's README.md)")
+    b.add_argument("--readme", type=Path, help="write the tables here (default: the lab's .md file with their markers)")
     b.add_argument("--placeholder", action="store_true", help="write only the tables' shape, without numbers or GPU")
     d = sub.add_parser("doctor", help="what this machine has for the course (exit 0 when the course can run here)")
     d.add_argument("--json", action="store_true", help="the rows as JSON")

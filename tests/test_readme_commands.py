@@ -1,4 +1,4 @@
-"""Every make command the READMEs show exists in the Makefile."""
+"""Every make command the READMEs and the labs' chapter files show exists in the Makefile."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ READMES = [
     paths.ROOT / "README.md",
     paths.ROOT / "grader" / "README.md",
     paths.ROOT / "grader" / "instructor" / "README.md",
-    *sorted(paths.ROOT.glob("lab*/README.md")),
+    *sorted(paths.ROOT.glob("lab*/*.md")),  # a lab's README.md and its chapter files (lab 2 has three)
 ]
 
 

@@ -4,7 +4,8 @@
 
 Every task is graded with benchmark timing; a task that declares a ladder also has its rungs and
 baselines timed interleaved over its sweep (timing mode "ladder"). A ladder whose task passed
-gets its Markdown table written into the lab README between its markers, with a caption naming
+gets its Markdown table written between its markers, into whichever of the lab's Markdown files
+holds them (README.md, or a chapter file beside it: ladders.chapter), with a caption naming
 the card, driver, CUDA toolkit and torch, and its plot as labN/figures/ladder-NN.png. A task
 that did not pass leaves its table as it was: a README never shows numbers of wrong code.
 `--placeholder` writes the tables' shape without numbers (no GPU needed), so a new ladder's block
@@ -58,17 +59,32 @@ def bench(
     if not tasks:
         say(f"no task of {lab} matches {selectors!r}")
         return 2
-    readme = readme or folder / "README.md"
+
+    def home(pattern: str, what: str) -> Path | None:
+        """Where a block goes: --readme when given, else the lab's file holding its markers (None: said why)."""
+        if readme is not None:
+            return readme
+        try:
+            return ladders.chapter(folder, pattern, what)
+        except LookupError as e:
+            say(str(e))
+            return None
+
     with_ladder = ladders.laddered(tasks)
     broken = [f"{t.task_id}: {p}" for t in with_ladder for p in t.ladder.problems(t)]  # type: ignore[union-attr]
     if broken:
         say("ladder declarations that cannot run:\n  " + "\n  ".join(broken))
         return 1
     if placeholder:
+        rc = 0
         for t in with_ladder:
-            existed, _ = ladders.write(readme, t, None, None)
-            say(f"{t.task_id}: {'reset' if existed else 'added'} the shape of its ladder table in {paths.rel(readme)}")
-        return 0
+            doc = home(ladders.marker(t.task_id), f"{t.task_id}'s ladder table")
+            if doc is None:
+                rc = 1
+                continue
+            existed, _ = ladders.write(doc, t, None, None)
+            say(f"{t.task_id}: {'reset' if existed else 'added'} the shape of its ladder table in {paths.rel(doc)}")
+        return rc
     if not toolchain.has_gpu():
         say(
             "no NVIDIA GPU visible (nvidia-smi finds none): nothing to time; the README tables stay as they are "
@@ -98,18 +114,24 @@ def bench(
             rc = 1
             continue
         rows = [x for x in r.timings if x.ladder]
-        existed, png = ladders.write(readme, t, rows, env)
+        doc = home(ladders.marker(t.task_id), f"{t.task_id}'s ladder table")
+        if doc is None:
+            rc = 1
+            continue
+        existed, png = ladders.write(doc, t, rows, env)
         say("\n" + "\n".join(ladders.table(t, rows)))
         where = "" if existed else " (appended at the end: move the block, markers and all, where it belongs)"
         drawn = f" and its plot into {paths.rel(png)}" if png else " (no plot: pip install matplotlib)"
-        say(f"{t.task_id}: wrote the {t.ladder.name} table into {paths.rel(readme)}{where}{drawn}")  # type: ignore[union-attr]
+        say(f"{t.task_id}: wrote the {t.ladder.name} table into {paths.rel(doc)}{where}{drawn}")  # type: ignore[union-attr]
     if solutions and not selectors and folder.parent == paths.ROOT:  # the chapter's table of what the references reach
-        if rc == 0:
-            lab = folder.name
-            where = timings.write(readme, lab, list(results.values()), env, f"make bench-{lab} SOLUTIONS=1")
-            say(f"the reference timings on {timings.card(env)}: {where} in {paths.rel(readme)}")
-        else:
+        lab = folder.name
+        if rc != 0:
             say("the reference timings table is left as it was: not every reference solution passed")
+        elif (doc := home(timings.marker(lab), f"the {lab} reference timings")) is None:
+            rc = 1
+        else:
+            where = timings.write(doc, lab, list(results.values()), env, f"make bench-{lab} SOLUTIONS=1")
+            say(f"the reference timings on {timings.card(env)}: {where} in {paths.rel(doc)}")
     if not selectors and any(t.sweep for r in results.values() for t in r.timings):  # the notebook's data
         stored = folder / "results" / ("reference-bench.json" if solutions else "my-bench.json")
         if solutions and rc != 0:

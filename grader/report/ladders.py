@@ -13,9 +13,11 @@ The block a README holds for task lab2/04 reads
     ![reduction ladder](figures/ladder-04.png)
     <!-- ladder:lab2/04 end -->
 
-and only `make bench-labN` writes it. Its shape, the header and the first column, follows from
-the task's Ladder declaration alone (`expected_shape`), so `drift` can tell on any machine, GPU
-or not, when the README and the declaration disagree; the numbers are the GPU's business.
+and only `make bench-labN` writes it, into whichever of the lab's Markdown files holds the block's
+markers (`chapter`: a lab may split its chapter over several files). Its shape, the header and the
+first column, follows from the task's Ladder declaration alone (`expected_shape`), so `drift` can
+tell on any machine, GPU or not, when the README and the declaration disagree; the numbers are the
+GPU's business.
 """
 
 from __future__ import annotations
@@ -52,6 +54,31 @@ def bench_command(task: Task) -> str:
     if re.fullmatch(r"lab\d+", task.lab):
         return f"make bench-{task.lab}"
     return f"python -m grader bench {paths.rel(task.lab_dir())}"
+
+
+def chapter(folder: Path, pattern: str, what: str) -> Path:
+    """The one Markdown file directly in `folder` whose text matches `pattern` (a block's markers).
+
+    A lab written as a single README.md that lacks the markers gets README.md, where a new block
+    is appended; a lab split over several files must hold the markers in exactly one of them,
+    since appending to the entry point would put the block far from the text it belongs to.
+    Raises LookupError, naming the files, when no file or several hold them."""
+    docs = sorted(folder.glob("*.md"))
+    holding = [doc for doc in docs if re.search(pattern, doc.read_text())]
+    if len(holding) == 1:
+        return holding[0]
+    names = ", ".join(paths.rel(doc) for doc in (holding or docs))
+    if holding:
+        raise LookupError(f"{what}: its markers are in {len(holding)} files ({names}); keep them in one")
+    readme = folder / "README.md"
+    if docs in ([], [readme]):
+        return readme
+    raise LookupError(f"{what}: none of {names} holds its markers; place them where the table belongs")
+
+
+def marker(task_id: str) -> str:
+    """The pattern `chapter` looks for to find the file that holds a task's ladder block."""
+    return re.escape(begin(task_id))
 
 
 def figure_path(readme: Path, task: Task) -> Path:

@@ -38,6 +38,11 @@ def anchor(lab: str) -> str:
     return f"<!-- timings:{lab} -->"
 
 
+def marker(lab: str) -> str:
+    """The pattern that finds the file holding the lab's timing blocks or its anchor (ladders.chapter)."""
+    return rf"<!-- timings:{re.escape(lab)}(:[^>]*? begin)? -->"
+
+
 def _ms(v: float) -> str:
     return f"{v * 1000:.1f} µs" if v < 1 else f"{v:.2f} ms"
 

@@ -58,8 +58,8 @@ ALTERNATIVES: dict[str, Alternative] = {
         [("constexpr int BLOCK_THREADS = 256;", "constexpr int BLOCK_THREADS = 128;")],
         "rung 2 reduces each row with 128 threads instead of 256",
     ),
-    "15_sgemm.four_rows_per_thread": Alternative(
-        "15_sgemm.cu",
+    "14_sgemm.four_rows_per_thread": Alternative(
+        "14_sgemm.cu",
         [
             (
                 "inline constexpr int BM = 64, BN = 64, BK = 8, TM = 8;",
@@ -82,13 +82,13 @@ ALTERNATIVES: dict[str, Alternative] = {
         "rung 4 gives each of 1024 threads 4 rows of C instead of each of 512 threads 8, and loads the tiles"
         " with half of its threads",
     ),
-    "16_tensor_core.one_row_of_warps": Alternative(
-        "16_tensor_core.cu",
+    "15_tensor_core.one_row_of_warps": Alternative(
+        "15_tensor_core.cu",
         [("inline constexpr int WARPS_M = 2, WARPS_N = 2;", "inline constexpr int WARPS_M = 1, WARPS_N = 4;")],
         "rung 1's block is one row of four warps (16 x 64 of C) instead of 2 x 2 (32 x 32)",
     ),
-    "17_attention.narrow_key_tiles": Alternative(
-        "17_attention.cu",
+    "16_attention.narrow_key_tiles": Alternative(
+        "16_attention.cu",
         [("inline constexpr int BC = 64;", "inline constexpr int BC = 32;")],
         "the fused kernel stages 32 keys per tile instead of 64: twice the online-softmax rescales",
     ),

@@ -465,8 +465,8 @@ VARIANTS: dict[str, Variant] = {
         " large-mean check runs first and catches it at 8x33 (errors up to about 5e-2 against its 2e-2)",
         mistake="unbiased variance",
     ),
-    "15_sgemm.ignores_k_tail": Variant(
-        "15_sgemm.cu",
+    "14_sgemm.ignores_k_tail": Variant(
+        "14_sgemm.cu",
         [
             (
                 "    const int steps = (K + BK - 1) / BK;  // the last one may be partial: load4 fills it with zeros\n",
@@ -479,8 +479,8 @@ VARIANTS: dict[str, Variant] = {
         " never added (all of them when K < 16: 1x1x1 gives zeros; 33x17x65 misses one term)",
         mistake="K tail",
     ),
-    "15_sgemm.no_barrier_before_next_tile": Variant(
-        "15_sgemm.cu",
+    "14_sgemm.no_barrier_before_next_tile": Variant(
+        "14_sgemm.cu",
         [("        __syncthreads();  // everyone done reading before the next step overwrites them\n", "")],
         {"sanitizer", "wrong"},
         "",
@@ -489,8 +489,8 @@ VARIANTS: dict[str, Variant] = {
         " barrier is left, so the barrier rule is satisfied)",
         mistake="missing barrier",
     ),
-    "15_sgemm.no_row_guard_on_store": Variant(
-        "15_sgemm.cu",
+    "14_sgemm.no_row_guard_on_store": Variant(
+        "14_sgemm.cu",
         [("    if (row >= rows) return;\n", "")],
         {"wrong"},
         "out of bounds",
@@ -498,8 +498,8 @@ VARIANTS: dict[str, Variant] = {
         " of C write rows M and beyond (1x1x1: 127 floats past the end of C, inside the grader's fence)",
         mistake="tile overhang",
     ),
-    "15_sgemm.a_column_major": Variant(
-        "15_sgemm.cu",
+    "14_sgemm.a_column_major": Variant(
+        "14_sgemm.cu",
         [
             (
                 "    const float* a = A + (size_t)row * K;  // (K,) this thread's row of A\n",
@@ -774,13 +774,13 @@ VARIANTS: dict[str, Variant] = {
         " fail with cudaErrorHostMemoryAlreadyRegistered (crash)",
         mistake="caller memory left registered",
     ),
-    # Task 16 (tensor-core ladder): entries for VARIANTS in lab2/solutions/broken.py.
-    # Batches: "16_tensor_core.drops_last_k_step", "16_tensor_core.a_col_major" and
-    # "16_tensor_core.store_unguarded" go in BATCHES, each in a different batch (one variant of a task
+    # Task 15 (tensor-core ladder): entries for VARIANTS in lab2/solutions/broken.py.
+    # Batches: "15_tensor_core.drops_last_k_step", "15_tensor_core.a_col_major" and
+    # "15_tensor_core.store_unguarded" go in BATCHES, each in a different batch (one variant of a task
     # per grading run; they can share a batch with other tasks' wrong-verdict variants);
-    # "16_tensor_core.no_barrier_after_loads" goes in SANITIZED (a race). None needs HUGE or TIMED.
-    "16_tensor_core.drops_last_k_step": Variant(
-        "16_tensor_core.cu",
+    # "15_tensor_core.no_barrier_after_loads" goes in SANITIZED (a race). None needs HUGE or TIMED.
+    "15_tensor_core.drops_last_k_step": Variant(
+        "15_tensor_core.cu",
         [("    for (int k = 0; k < K; k += WK) {\n", "    for (int k = 0; k + WK < K; k += WK) {\n")],
         {"wrong"},
         "wrong",
@@ -788,8 +788,8 @@ VARIANTS: dict[str, Variant] = {
         " (16x16x16, the first case, has one step and gives zeros; 16x4096x16 is off by about 0.25)",
         mistake="K tail",
     ),
-    "16_tensor_core.no_barrier_after_loads": Variant(
-        "16_tensor_core.cu",
+    "15_tensor_core.no_barrier_after_loads": Variant(
+        "15_tensor_core.cu",
         [("        __syncthreads();  // both tiles complete before any warp loads a fragment from them\n", "")],
         {"sanitizer", "wrong"},
         "",
@@ -798,8 +798,8 @@ VARIANTS: dict[str, Variant] = {
         " the barrier rule is satisfied)",
         mistake="missing barrier",
     ),
-    "16_tensor_core.a_col_major": Variant(
-        "16_tensor_core.cu",
+    "15_tensor_core.a_col_major": Variant(
+        "15_tensor_core.cu",
         [("half, wmma::row_major> a;  // A[row0", "half, wmma::col_major> a;  // A[row0")],
         {"wrong"},
         "wrong",
@@ -807,8 +807,8 @@ VARIANTS: dict[str, Variant] = {
         " block of A transposed (every address stays inside A, so nothing crashes); wrong from 16x16x16 on",
         mistake="layout",
     ),
-    "16_tensor_core.store_unguarded": Variant(
-        "16_tensor_core.cu",
+    "15_tensor_core.store_unguarded": Variant(
+        "15_tensor_core.cu",
         [("if (row < M && col < N)\n                wmma::store_matrix_sync(", "wmma::store_matrix_sync(")],
         {"wrong"},
         "out of bounds",
@@ -817,11 +817,11 @@ VARIANTS: dict[str, Variant] = {
         " (inside the grader's fence)",
         mistake="tile overhang",
     ),
-    # --- task 17 (attention ladder). Batches: "17_attention.no_rescale", "17_attention.causal_sees_next"
-    # and "17_attention.drops_last_tile" each in a different BATCHES batch (one variant of a task per
-    # grading run); "17_attention.no_barrier_before_next_tile" in SANITIZED.
-    "17_attention.no_rescale": Variant(
-        "17_attention.cu",
+    # --- task 16 (attention ladder). Batches: "16_attention.no_rescale", "16_attention.causal_sees_next"
+    # and "16_attention.drops_last_tile" each in a different BATCHES batch (one variant of a task per
+    # grading run); "16_attention.no_barrier_before_next_tile" in SANITIZED.
+    "16_attention.no_rescale": Variant(
+        "16_attention.cu",
         [("            l *= alpha;  // the sum so far, rescaled to the new max\n", "")],
         {"wrong"},
         "wrong",
@@ -831,8 +831,8 @@ VARIANTS: dict[str, Variant] = {
         " its max (a row in 17 on average), BH=3,T=100 on most rows",
         mistake="no rescale",
     ),
-    "17_attention.causal_sees_next": Variant(
-        "17_attention.cu",
+    "16_attention.causal_sees_next": Variant(
+        "16_attention.cu",
         [
             (
                 "    const int last = causal ? min(row, T - 1) : T - 1;     // the last key this row sees\n",
@@ -846,8 +846,8 @@ VARIANTS: dict[str, Variant] = {
         " last of BH=2,T=17 causal is wrong",
         mistake="causal mask",
     ),
-    "17_attention.drops_last_tile": Variant(
-        "17_attention.cu",
+    "16_attention.drops_last_tile": Variant(
+        "16_attention.cu",
         [
             (
                 "    for (int k0 = 0; k0 < keys; k0 += BC) {\n",
@@ -861,8 +861,8 @@ VARIANTS: dict[str, Variant] = {
         " loses keys 64 to 99, T = 257 key 256",
         mistake="key tail",
     ),
-    "17_attention.no_barrier_before_next_tile": Variant(
-        "17_attention.cu",
+    "16_attention.no_barrier_before_next_tile": Variant(
+        "16_attention.cu",
         [("        __syncthreads();  // every warp is done with the previous tile before it is overwritten\n", "")],
         {"sanitizer", "wrong"},
         "",
@@ -1178,8 +1178,8 @@ VARIANTS: dict[str, Variant] = {
         " where a float32's spacing is 8, and the difference is noise of that size (the large-mean check)",
         mistake="large mean",
     ),
-    "15_sgemm.float4_store_guarded_by_first_column": Variant(
-        "15_sgemm.cu",
+    "14_sgemm.float4_store_guarded_by_first_column": Variant(
+        "14_sgemm.cu",
         [
             (
                 "        if (col < cols) p[0] = v.x;\n"
@@ -1197,8 +1197,8 @@ VARIANTS: dict[str, Variant] = {
         " last row past C (1x1x1: C[1..3])",
         mistake="row end inside a float4",
     ),
-    "16_tensor_core.unpadded_leading_dimension": Variant(
-        "16_tensor_core.cu",
+    "15_tensor_core.unpadded_leading_dimension": Variant(
+        "15_tensor_core.cu",
         [
             (
                 "wmma::load_matrix_sync(b[j], &Bs[kk][wcol + j * WN], LDB);",
@@ -1212,8 +1212,8 @@ VARIANTS: dict[str, Variant] = {
         " row above's padding for the first ones): 15 of its 16 rows are misread, wrong from 16x16x16 on",
         mistake="leading dimension",
     ),
-    "17_attention.softmax_rows_stride_by_block": Variant(
-        "17_attention.cu",
+    "16_attention.softmax_rows_stride_by_block": Variant(
+        "16_attention.cu",
         [("j += WARP)", "j += blockDim.x)")],
         {"wrong"},
         "wrong",
@@ -1241,9 +1241,9 @@ BATCHES = [
         "11_transpose.store_unguarded",
         "12_scan.offset_to_wrong_block",
         "13_softmax.online_overflows",
-        "15_sgemm.ignores_k_tail",
-        "16_tensor_core.drops_last_k_step",
-        "17_attention.no_rescale",
+        "14_sgemm.ignores_k_tail",
+        "15_tensor_core.drops_last_k_step",
+        "16_attention.no_rescale",
     ],
     [
         "00_profile_first.odd_iters_end_in_scratch",
@@ -1258,9 +1258,9 @@ BATCHES = [
         "11_transpose.out_index_swapped",
         "12_scan.pair_guard_drops_tail",
         "13_softmax.first_warp_only",
-        "15_sgemm.no_row_guard_on_store",
-        "16_tensor_core.a_col_major",
-        "17_attention.causal_sees_next",
+        "14_sgemm.no_row_guard_on_store",
+        "15_tensor_core.a_col_major",
+        "16_attention.causal_sees_next",
         "01_coalescing.alignment_of_a_and_b_only",
         "10_reduction.assumes_aligned_input",
     ],
@@ -1275,9 +1275,9 @@ BATCHES = [
         "08_inline_ptx.bfe_operands_swapped",
         "12_scan.exclusive",
         "13_softmax.write_stops_at_blockdim",
-        "15_sgemm.a_column_major",
-        "16_tensor_core.store_unguarded",
-        "17_attention.drops_last_tile",
+        "14_sgemm.a_column_major",
+        "15_tensor_core.store_unguarded",
+        "16_attention.drops_last_tile",
         "01_coalescing.one_pair_per_thread",
         "07_fusion.no_column_guard",
         "11_transpose.tile_read_along_rows",
@@ -1290,9 +1290,9 @@ BATCHES = [
         "04_streams.kernel_on_the_default_stream",
         "06_async_copy.kernel_on_the_default_stream",
         "12_scan.offsets_to_first_blockdim_only",
-        "15_sgemm.float4_store_guarded_by_first_column",
-        "16_tensor_core.unpadded_leading_dimension",
-        "17_attention.softmax_rows_stride_by_block",
+        "14_sgemm.float4_store_guarded_by_first_column",
+        "15_tensor_core.unpadded_leading_dimension",
+        "16_attention.softmax_rows_stride_by_block",
     ],
     [
         "03_waves.dynamic_smem_ignored",
@@ -1311,9 +1311,9 @@ SANITIZED = [
     "10_reduction.last_warp_race",
     "11_transpose.barrier_before_loads",
     "12_scan.hillis_steele_race",
-    "15_sgemm.no_barrier_before_next_tile",
-    "16_tensor_core.no_barrier_after_loads",
-    "17_attention.no_barrier_before_next_tile",
+    "14_sgemm.no_barrier_before_next_tile",
+    "15_tensor_core.no_barrier_after_loads",
+    "16_attention.no_barrier_before_next_tile",
 ]
 # verdicts the build decides (the rules judge what was compiled): graded on a machine without a GPU too
 AT_BUILD: list[str] = [

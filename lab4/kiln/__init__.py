@@ -9,7 +9,8 @@
 
 The IR (kiln/ir.py), the operator registry (kiln/ops.py), shape inference (kiln/shapes.py), the
 builder (kiln/frontend.py) and the text form (kiln/text.py) are given; the memory planner, the
-executors and the kernels are the lab's tasks.
+executors, the kernels and constant folding (kiln/passes.py) are the lab's tasks.
+`kiln.compile(graph, device)` folds the graph's constants, then builds the executor.
 """
 
 from typing import Any

@@ -1,8 +1,8 @@
 """Deliberately broken lab 4 submissions, written as edits to the reference solutions.
 
 tests/test_broken_variants.py applies each edit, grades the result and expects the verdict given
-here, as for labs 1 to 3. Tasks 01 and 02 (the planner and the CPU executor) are graded on the CPU:
-their variants are graded on every machine, CI included; the kernels' (03-05) and the CUDA
+here, as for labs 1 to 3. Tasks 01, 02 and 08 (the planner, the CPU executor and constant folding)
+are graded on the CPU: their variants are graded on every machine, CI included; the kernels' (03-05) and the CUDA
 executor's (06-07) need a GPU. Each variant is a plausible student bug and names its class of
 mistake (`mistake=`), one of those its task's spec lists in TASK.mistakes.
 """
@@ -714,6 +714,236 @@ VARIANTS: dict[str, Variant] = {
         " being captured leaves a graph with a node missing, and every replay returns stale results",
         mistake="capture errors",
     ),
+    # --- task 08 (constant folding)
+    "08_constant_folding.any_input_known": Variant(
+        "kiln/passes.py",
+        [
+            (
+                "        if pure and all(i in values for i in n.inputs):\n",
+                "        if pure and any(i in values for i in n.inputs):  # something here is a weight\n",
+            )
+        ],
+        {"wrong"},
+        "test_input_dependent_nodes_stay",
+        "folds a node when any of its inputs is known instead of all of them: add(weight, x) is evaluated"
+        " at compile time without x's value and the pass fails",
+        mistake="input dependence",
+    ),
+    "08_constant_folding.buffers_as_zeros": Variant(
+        "kiln/passes.py",
+        [
+            (
+                '    for n in graph.nodes:\n        if n.op == "constant":\n',
+                "    for n in graph.nodes:\n"
+                '        if n.op == "buffer":  # a buffer is zeros at compile time (kiln/ir.py)\n'
+                "            values[n] = torch.zeros(n.type.shape, dtype=torch_dtype(n.type.dtype))\n"
+                "            continue\n"
+                '        if n.op == "constant":\n',
+            )
+        ],
+        {"wrong"},
+        "test_buffers_are_state",
+        "takes a buffer's compile-time zeros as its value: relu of the KV cache folds to a constant, and"
+        " the second run does not see what the first wrote",
+        mistake="buffer state",
+    ),
+    "08_constant_folding.chain_in_float32": Variant(
+        "kiln/passes.py",
+        [
+            (
+                "                values[n] = value\n",
+                "                # folding runs once: compute in full precision, round when the constant is made\n"
+                "                half = value.dtype in (torch.float16, torch.bfloat16)\n"
+                "                values[n] = value.float() if half else value\n",
+            ),
+            (
+                "            constants[name] = values[n]\n",
+                "            constants[name] = values[n].to(torch_dtype(n.type.dtype))\n",
+            ),
+        ],
+        {"wrong"},
+        "test_half_precision_rounds_per_node",
+        "folds f16 and bf16 chains in float32 and rounds only the constants it keeps: (2048 + 1) - 2048 is 1"
+        " instead of the 0 the executors compute, rounding after every node",
+        mistake="precision",
+    ),
+    "08_constant_folding.caller_constants_dict": Variant(
+        "kiln/passes.py",
+        [
+            (
+                "    constants: dict[str, torch.Tensor] = {}\n",
+                "    constants = graph.constants  # the weights travel with the graph\n",
+            )
+        ],
+        {"wrong"},
+        "test_caller_graph_unchanged",
+        "writes the folded constants into the caller's graph.constants instead of a new dict: the caller's"
+        " graph gains fold0 and fold1",
+        mistake="caller's graph",
+    ),
+    "08_constant_folding.reshape_as_view": Variant(
+        "kiln/passes.py",
+        [
+            (
+                "                values[n] = evaluate(n, [values[i] for i in n.inputs])\n",
+                '                if n.op == "reshape":  # a reshape costs nothing: a view of the weight\n'
+                "                    values[n] = values[n.inputs[0]].view(n.type.shape)\n"
+                "                else:\n"
+                "                    values[n] = evaluate(n, [values[i] for i in n.inputs])\n",
+            )
+        ],
+        {"wrong"},
+        "test_caller_graph_unchanged",
+        "folds a reshape of a weight into a view of the caller's tensor: when the caller changes its weight"
+        " in place, the folded constant changes with it",
+        mistake="caller's graph",
+    ),
+    "08_constant_folding.names_not_checked": Variant(
+        "kiln/passes.py",
+        [
+            (
+                '            while f"fold{count}" in taken:\n'
+                "                count += 1\n"
+                '            name = f"fold{count}"\n',
+                '            name = f"fold{count}"\n            count += 1\n',
+            )
+        ],
+        {"wrong"},
+        "test_names_do_not_collide",
+        "names folded constants fold0, fold1, ... without looking at the names in use: a model's own fold0"
+        " is overwritten, and a graph compiled with share_with takes the other executor's fold0",
+        mistake="name collision",
+    ),
+    "08_constant_folding.dead_constants_kept": Variant(
+        "kiln/passes.py",
+        [
+            (
+                '        if (n.op == "constant" or n in folded) and n not in read:\n',
+                "        if n in folded and n not in read:  # a folded node nobody reads\n",
+            )
+        ],
+        {"wrong"},
+        "test_mlp_permutes_fold",
+        "removes folded nodes nobody reads but keeps the weights they were computed from: the MLP keeps"
+        " fc1.weight and fc2.weight beside their transposes (11 nodes, not 9)",
+        mistake="dead constants",
+    ),
+    "08_constant_folding.keeps_only_what_outputs_need": Variant(
+        "kiln/passes.py",
+        [
+            (
+                "    read = set(graph.outputs) | {i for n in graph.nodes if n not in folded for i in n.inputs}\n",
+                "    read = set(graph.outputs)  # dead-code elimination: walk back from the outputs\n"
+                "    for n in reversed(graph.nodes):\n"
+                "        if n in read and n not in folded:\n"
+                "            read.update(n.inputs)\n",
+            ),
+            (
+                '        if (n.op == "constant" or n in folded) and n not in read:\n',
+                "        if n not in read:\n",
+            ),
+        ],
+        {"wrong"},
+        "test_keeps_inputs_and_writes",
+        "removes every node no output needs, not only constants: an unread input disappears from the"
+        " run's signature and an unread slice_update no longer writes the cache",
+        mistake="live work removed",
+    ),
+    "08_constant_folding.cap_on_inputs": Variant(
+        "kiln/passes.py",
+        [
+            (
+                "            largest = max(i.type.numel for i in n.inputs)\n"
+                "            if n.type.numel <= max(max_elements, largest):\n",
+                "            if max(i.type.numel for i in n.inputs) <= max_elements:  # no weight past the cap\n",
+            )
+        ],
+        {"wrong"},
+        "test_size_cap",
+        "applies the cap to the inputs instead of the result: a broadcast of two small constants into 2^21"
+        " elements folds, and a permute of a weight past the cap does not",
+        mistake="size cap",
+    ),
+    "08_constant_folding.outputs_not_read": Variant(
+        "kiln/passes.py",
+        [
+            (
+                "    read = set(graph.outputs) | {i for n in graph.nodes if n not in folded for i in n.inputs}\n",
+                "    read = {i for n in graph.nodes if n not in folded for i in n.inputs}  # what some node reads\n",
+            )
+        ],
+        {"wrong"},
+        "test_folded_outputs",
+        "counts only nodes as readers: an output that is a weight or a folded node and that no node reads"
+        " is removed, and the result has no node for it",
+        mistake="folded outputs",
+    ),
+    "08_constant_folding.constants_appended": Variant(
+        "kiln/passes.py",
+        [
+            (
+                "    out = Graph(graph.name, list(new.values()), [new[o] for o in graph.outputs], constants)\n",
+                "    made = [new[n] for n in graph.nodes if n in new and n in folded]\n"
+                "    kept = [new[n] for n in graph.nodes if n in new and n not in folded]\n"
+                "    nodes = kept + made  # the new weights after the model's nodes\n"
+                "    out = Graph(graph.name, nodes, [new[o] for o in graph.outputs], constants)\n",
+            )
+        ],
+        {"wrong"},
+        "test_mlp_permutes_fold",
+        "lists the folded constants after the nodes it kept: the matmul that reads one now comes before"
+        " it, and the result does not validate",
+        mistake="node order",
+    ),
+    "08_constant_folding.one_level_only": Variant(
+        "kiln/passes.py",
+        [
+            (
+                "        if pure and all(i in values for i in n.inputs):\n",
+                '        if pure and all(i.op == "constant" and i in values for i in n.inputs):  # reads weights\n',
+            )
+        ],
+        {"wrong"},
+        "test_chains_fold_to_one_constant",
+        "folds only nodes that read the weights themselves: a chain reshape -> permute -> add over weights"
+        " folds its first node and leaves the rest to every run",
+        mistake="chains",
+    ),
+    "08_constant_folding.every_pure_op": Variant(
+        "kiln/passes.py",
+        [
+            (
+                "        pure = n.op in FOLD_EVALUATORS and not ops.get(n.op).writes\n",
+                "        pure = not ops.get(n.op).writes  # writes nothing: safe to run now\n",
+            )
+        ],
+        {"wrong"},
+        "test_what_cannot_be_evaluated_stays",
+        "folds every operator that writes nothing, whether or not the pass can evaluate it: an operator"
+        " registered without a fold evaluator (lab 5's) makes the pass fail",
+        mistake="what cannot be evaluated",
+    ),
+    "08_constant_folding.values_assumed": Variant(
+        "kiln/passes.py",
+        [
+            (
+                '            value = graph.constants.get(n.attrs["name"])\n'
+                "            if (\n"
+                "                isinstance(value, torch.Tensor)\n"
+                "                and tuple(value.shape) == n.type.shape\n"
+                "                and value.dtype == torch_dtype(n.type.dtype)\n"
+                '                and value.device.type != "meta"\n'
+                "            ):\n"
+                "                values[n] = value\n",
+                '            values[n] = graph.constants[n.attrs["name"]]  # every constant has its value\n',
+            )
+        ],
+        {"wrong"},
+        "test_what_cannot_be_evaluated_stays",
+        "takes every constant's value from graph.constants: a parsed graph has none (KeyError), and a weight"
+        " on the meta device folds into a meta tensor",
+        mistake="what cannot be evaluated",
+    ),
 }
 
 # one grading run per batch; a batch holds each task at most once
@@ -726,6 +956,7 @@ BATCHES = [
         "05_layout.offsets_ignored",
         "06_cuda_executor.broadcast_left_aligned",
         "07_cuda_graph.captured_on_another_stream",
+        "08_constant_folding.any_input_known",
     ],
     [
         "01_planner.view_reads_do_not_keep_owner",
@@ -735,6 +966,7 @@ BATCHES = [
         "05_layout.update_not_clipped",
         "06_cuda_executor.offsets_frozen_at_build",
         "07_cuda_graph.last_launch_not_captured",
+        "08_constant_folding.buffers_as_zeros",
     ],
     [
         "01_planner.outputs_not_kept",
@@ -744,51 +976,65 @@ BATCHES = [
         "05_layout.copy_synchronizes",
         "06_cuda_executor.offsets_ignored",
         "07_cuda_graph.capture_errors_ignored",
+        "08_constant_folding.chain_in_float32",
     ],
     [
         "01_planner.sources_not_whole_run",
         "02_cpu_executor.buffer_reset_every_run",
         "05_layout.offsets_below_zero_kept",
         "06_cuda_executor.outputs_are_arena_views",
+        "08_constant_folding.caller_constants_dict",
     ],
     [
         "01_planner.ignores_alignment",
         "02_cpu_executor.output_aliases_buffer",
         "06_cuda_executor.matmul_one_stride_always",
+        "08_constant_folding.reshape_as_view",
     ],
     [
         "01_planner.never_reuses",
         "02_cpu_executor.int_through_float32",
         "06_cuda_executor.permute_inverse",
+        "08_constant_folding.names_not_checked",
     ],
     [
         "01_planner.unread_tensor_has_no_step",
         "02_cpu_executor.offsets_clamped",
         "06_cuda_executor.slice_from_the_start",
+        "08_constant_folding.dead_constants_kept",
     ],
     [
         "01_planner.bytes_as_float32",
         "02_cpu_executor.update_returns_copy",
         "06_cuda_executor.launch_errors_ignored",
+        "08_constant_folding.keeps_only_what_outputs_need",
     ],
     [
         "01_planner.output_views_not_kept",
         "02_cpu_executor.copies_only_buffer_outputs",
         "06_cuda_executor.run_does_not_wait",
+        "08_constant_folding.cap_on_inputs",
     ],
     [
         "02_cpu_executor.skips_unread_nodes",
         "06_cuda_executor.waits_for_the_default_stream",
+        "08_constant_folding.outputs_not_read",
     ],
     [
         "02_cpu_executor.recursive_evaluation",
         "06_cuda_executor.unary_on_the_current_stream",
+        "08_constant_folding.constants_appended",
     ],
     [
         "06_cuda_executor.offsets_copied_on_the_current_stream",
+        "08_constant_folding.one_level_only",
     ],
     [
         "06_cuda_executor.offsets_read_on_the_host",
+        "08_constant_folding.every_pure_op",
+    ],
+    [
+        "08_constant_folding.values_assumed",
     ],
 ]
 SANITIZED: list[str] = []

@@ -9,7 +9,7 @@ broadcast a, or batch both; k = 4096 is the longest sum the contract promises (t
 4x1x4096x31 and 64x4096x64). The case past 2^31 elements of c (`make grade`, 65537 x 2 x 32769)
 catches 32-bit offsets.
 
-The tolerance is lab 2's SGEMM's (lab2/tests/test_15_sgemm.py says why in full): each element is a
+The tolerance is lab 2's SGEMM's (lab2/tests/test_14_sgemm.py says why in full): each element is a
 float32 sum of k products; for standard normal inputs its rounding error grows like
 2^-24 · k / sqrt(6), about 1e-4 at k = 4096, and a float64 emulation of the longest chain measured
 at most 8.2e-4 over 2^20 elements. atol = 4e-3 (no rtol) leaves a factor of about 5; a lost term

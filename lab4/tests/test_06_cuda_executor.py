@@ -556,9 +556,11 @@ def test_compile():
     b = kiln.Builder("small")
     x = b.input("x", (3, 4), "float32")
     b.output((x * x).silu())
-    assert isinstance(kiln.compile(b.graph, device="cpu"), CPUExecutor)
+    # fold=False: task 08's pass is graded by task 08, and a student's unfinished one must cost
+    # this task nothing
+    assert isinstance(kiln.compile(b.graph, device="cpu", fold=False), CPUExecutor)
     v = rand((3, 4), 1)
-    (got,) = kiln.compile(b.graph, device="cuda", use_graph=False).run({"x": v.cuda()})
+    (got,) = kiln.compile(b.graph, device="cuda", fold=False, use_graph=False).run({"x": v.cuda()})
     check(got, torch.nn.functional.silu((v * v).double()).float(), rtol=1e-5, atol=1e-5)
 
 

@@ -20,7 +20,7 @@ at decode), 1x11008x4096 (its w1 and w3) and 512x4096x4096 (a 512-token prefill 
 The reference is torch in float64 on the dtype's own (rounded) inputs, rounded once to the dtype.
 
 The tolerances. A right kernel's float32 sums differ from the float64 ones by about 2^-24 sqrt(k)
-times the partial sums' size: under 1e-5 here (the tensor cores' truncating adds, lab2's task 16,
+times the partial sums' size: under 1e-5 here (the tensor cores' truncating adds, lab2's task 15,
 stay under 3e-5 at k = 4096 for this scale). Rounded to a 16-bit type, two such values may still
 fall on the two sides of a rounding boundary: one unit in the last place, at most 2^-10 relative for
 float16 (< 1e-3) and 2^-7 for bfloat16 (< 8e-3). So f16 is judged with atol = rtol = 1e-3, bf16 with

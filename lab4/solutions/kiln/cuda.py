@@ -24,7 +24,8 @@ Contract:  `CudaExecutor(graph, use_graph=False)` (given code) checks the graph,
            caller's current stream), launches every node (or replays `ex.cuda_graph`, task 07),
            returns the outputs as new tensors (clones: the arena is reused by the next run) and
            synchronizes `ex.stream`; a CUDA error found there is raised as KilnRunError.
-           `kiln.compile(graph, device="cuda" | "cpu", **kw)` picks the executor (given).
+           `kiln.compile(graph, device="cuda" | "cpu", fold=True, **kw)` folds the graph's
+           constants (task 08's pass) and picks the executor (given).
 Test:      make test-lab4 TASK=06
 """
 
@@ -554,19 +555,32 @@ class CudaExecutor:
 
 
 def compile(
-    graph: Graph, device: str = "cuda", *, use_graph: bool = True, debug: bool = False, share_with: Any = None
+    graph: Graph,
+    device: str = "cuda",
+    *,
+    fold: bool = True,
+    use_graph: bool = True,
+    debug: bool = False,
+    share_with: Any = None,
 ) -> Any:
     """The executor for `device` (kiln.compile, named like torch.compile): CudaExecutor(graph,
     use_graph=..., debug=..., share_with=...) for "cuda", kiln.cpu.CPUExecutor(graph,
     share_with=...) for "cpu" (which has no graph to capture and checks as it goes: use_graph and
-    debug are ignored there)."""
+    debug are ignored there). With `fold` (the default) the graph first goes through
+    `kiln.passes.fold_constants` (task 08) and the executor runs the folded copy (`ex.graph`); its
+    folded constants' names avoid `share_with`'s constants, which executors share by name."""
+    if device not in ("cpu", "cuda"):
+        raise KilnRunError(f"device {device!r}: kiln compiles for 'cuda' or 'cpu'")
+    if fold:
+        from kiln.passes import fold_constants
+
+        theirs = () if share_with is None else [n.attrs["name"] for n in share_with.graph.of_op("constant")]
+        graph = fold_constants(graph, reserved=theirs)
     if device == "cpu":
         from kiln.cpu import CPUExecutor
 
         return CPUExecutor(graph, share_with=share_with)
-    if device == "cuda":
-        return CudaExecutor(graph, use_graph=use_graph, debug=debug, share_with=share_with)
-    raise KilnRunError(f"device {device!r}: kiln compiles for 'cuda' or 'cpu'")
+    return CudaExecutor(graph, use_graph=use_graph, debug=debug, share_with=share_with)
 
 
 __all__ = [

@@ -1,4 +1,4 @@
-// Lab 2 · Task 16 — Tensor cores: FP16 GEMM with FP32 accumulation through WMMA
+// Lab 2 · Task 15 — Tensor cores: FP16 GEMM with FP32 accumulation through WMMA
 //
 // Implement: the two rungs of the chapter's tensor-core ladder, each computing the whole product
 //            C = A @ B on the tensor cores with the WMMA API of <mma.h>: hgemm_wmma_naive_kernel
@@ -17,7 +17,7 @@
 //            error of up to 2^-11 of every result, ten to a hundred times the accumulation error, and
 //            would hide a kernel that accumulates in half. Each entry point launches on the
 //            default stream, returns the launch error and does not synchronize.
-// Test:      make test-lab2 TASK=16
+// Test:      make test-lab2 TASK=15
 
 #include "course.h"
 
@@ -76,7 +76,7 @@ __device__ __forceinline__ int2 tile_origin(int N) {
 // Rung 1 · WMMA, naive. r1::THREADS threads per block, one warp per 16 x 16 tile of C.
 __global__ void hgemm_wmma_naive_kernel(const half* __restrict__ A, const half* __restrict__ B,
                                         float* __restrict__ C, int M, int N, int K) {
-    // TODO(lab2/16) begin: the warp's 16 x 16 tile of C, accumulated in one float fragment over K in steps of 16: each step loads a 16 x 16 fragment of A and one of B straight from global memory (their row strides are K and N), multiplies them into the accumulator on the tensor cores, and at the end the warp stores the accumulator into C; a warp whose tile lies outside C returns at once (the whole warp: the WMMA calls need all 32 lanes); see the chapter's tensor-core ladder, rung 1; about 14 lines; try 16x16x16, 48x48x80 and 16x4096x16 (M x K x N).
+    // TODO(lab2/15) begin: the warp's 16 x 16 tile of C, accumulated in one float fragment over K in steps of 16: each step loads a 16 x 16 fragment of A and one of B straight from global memory (their row strides are K and N), multiplies them into the accumulator on the tensor cores, and at the end the warp stores the accumulator into C; a warp whose tile lies outside C returns at once (the whole warp: the WMMA calls need all 32 lanes); see the chapter's tensor-core ladder, rung 1; about 14 lines; try 16x16x16, 48x48x80 and 16x4096x16 (M x K x N).
     const int2 tile = tile_origin<r1::BM, r1::BN>(N);
     const int warp = threadIdx.x / WARP;
     const int row0 = tile.x + (warp / r1::WARPS_N) * WM, col0 = tile.y + (warp % r1::WARPS_N) * WN;
@@ -92,14 +92,14 @@ __global__ void hgemm_wmma_naive_kernel(const half* __restrict__ A, const half* 
         wmma::mma_sync(acc, a, b, acc);
     }
     wmma::store_matrix_sync(C + (size_t)row0 * N + col0, acc, N, wmma::mem_row_major);
-    // TODO(lab2/16) end
+    // TODO(lab2/15) end
 }
 
 // Rung 2 · shared-memory tiles. r2::THREADS threads per block, a 128 x 128 tile of C per block.
 __global__ void __launch_bounds__(r2::THREADS, 2) hgemm_smem_kernel(const half* __restrict__ A,
                                                                     const half* __restrict__ B,
                                                                     float* __restrict__ C, int M, int N, int K) {
-    // TODO(lab2/16) begin: for each step of BK = 32 along K the block copies A's 128 x 32 and B's 32 x 128 tiles into padded shared arrays (16-byte loads, two of each per thread, zeros for rows of A past M, columns of B past N and either past K), waits until both are complete, and each warp multiplies its 64 x 32 part: per 16 of k, 2 fragments of B and 4 of A loaded from shared memory into 8 mma_syncs on its 4 x 2 float accumulators; it waits again before the next step overwrites the tiles; at the end each warp stores the accumulators that lie inside C; see the chapter's tensor-core ladder, rung 2; about 45 lines; try 48x48x80, 144x80x208 and 1008x1024x992, and run the sanitizer (racecheck).
+    // TODO(lab2/15) begin: for each step of BK = 32 along K the block copies A's 128 x 32 and B's 32 x 128 tiles into padded shared arrays (16-byte loads, two of each per thread, zeros for rows of A past M, columns of B past N and either past K), waits until both are complete, and each warp multiplies its 64 x 32 part: per 16 of k, 2 fragments of B and 4 of A loaded from shared memory into 8 mma_syncs on its 4 x 2 float accumulators; it waits again before the next step overwrites the tiles; at the end each warp stores the accumulators that lie inside C; see the chapter's tensor-core ladder, rung 2; about 45 lines; try 48x48x80, 144x80x208 and 1008x1024x992, and run the sanitizer (racecheck).
     using namespace r2;
     __shared__ __align__(32) half As[BM][LDA];  // As[i][k] = A[row0 + i][k0 + k]
     __shared__ __align__(32) half Bs[BK][LDB];  // Bs[k][j] = B[k0 + k][col0 + j]
@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(r2::THREADS, 2) hgemm_smem_kernel(const half* 
                 wmma::store_matrix_sync(C + (size_t)row * N + col, acc[i][j], N, wmma::mem_row_major);
         }
     }
-    // TODO(lab2/16) end
+    // TODO(lab2/15) end
 }
 
 // ---------------------------------------------------------------------------------------------

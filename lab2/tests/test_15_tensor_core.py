@@ -1,4 +1,4 @@
-"""Checks for lab2/16_tensor_core.cu: a small tensor-core ladder, C = A @ B with A and B in float16
+"""Checks for lab2/15_tensor_core.cu: a small tensor-core ladder, C = A @ B with A and B in float16
 and C in float32 (FP32 accumulation), through the WMMA API: one warp per 16 x 16 tile of C with its
 fragments loaded from global memory, then 128 x 128 block tiles staged in shared memory. Timed
 against cuBLAS's half GEMM (through torch).
@@ -119,10 +119,10 @@ MISTAKES = {
 
 TASK = CudaTask(
     lab="lab2",
-    number="16",
+    number="15",
     title="tensor-core GEMM (WMMA)",
     mistakes=MISTAKES,
-    sources=["16_tensor_core.cu"],
+    sources=["15_tensor_core.cu"],
     entries=[entry(s) for s in RUNGS],
     cases=[
         shape(16, 16, 16),

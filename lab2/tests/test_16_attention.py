@@ -1,4 +1,4 @@
-"""Checks for lab2/17_attention.cu: the attention ladder, O = softmax(Q K^T / sqrt(D) + mask) V for
+"""Checks for lab2/16_attention.cu: the attention ladder, O = softmax(Q K^T / sqrt(D) + mask) V for
 every head, first with the scores in global memory (three kernels), then fused with an online
 softmax (flash attention's forward pass), timed against torch's scaled_dot_product_attention on the
 same float32 tensors: its MATH backend (the baseline of the speed-up), and, in the ladder's table,
@@ -133,10 +133,10 @@ MISTAKES = {
 
 TASK = CudaTask(
     lab="lab2",
-    number="17",
+    number="16",
     title="attention ladder",
     mistakes=MISTAKES,
-    sources=["17_attention.cu"],
+    sources=["16_attention.cu"],
     entries=[entry(s) for s in RUNGS],
     cases=[
         case(1, 1, 0),

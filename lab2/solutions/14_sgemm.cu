@@ -1,4 +1,4 @@
-// Lab 2 · Task 15 — The SGEMM ladder: C = A @ B in float32, from a naive kernel towards cuBLAS
+// Lab 2 · Task 14 — The SGEMM ladder: C = A @ B in float32, from a naive kernel towards cuBLAS
 //
 // Implement: the kernels of rungs 2 to 7 of the chapter's SGEMM ladder, each computing the
 //            whole product C = A @ B: sgemm_coalesced_kernel (one thread per element of C,
@@ -19,7 +19,7 @@
 //            synchronization) C[m][n] = sum over k of A[m][k] * B[k][n], added in float32 in
 //            any order (no TF32, no lower precision). Each entry point launches on the default
 //            stream, returns the launch error and does not synchronize.
-// Test:      make test-lab2 TASK=15
+// Test:      make test-lab2 TASK=14
 
 #include "course.h"
 
@@ -94,7 +94,7 @@ __global__ void sgemm_naive_kernel(const float* __restrict__ A, const float* __r
 // Rung 2 · coalesced. One thread per element of C, blocks of TILE x TILE threads as rung 1.
 __global__ void sgemm_coalesced_kernel(const float* __restrict__ A, const float* __restrict__ B,
                                        float* __restrict__ C, int M, int N, int K) {
-    // TODO(lab2/15) begin: C[row][col] for the element this thread owns, with threadIdx.x along N this time, so that the lanes of a warp read one row of A (the same float: a broadcast) and 32 neighbouring floats of a row of B, and write 32 neighbouring floats of C; see the chapter's SGEMM ladder, rung 2; about 8 lines; try 1x1x7, 7x1x1 and 33x17x65 (M x K x N).
+    // TODO(lab2/14) begin: C[row][col] for the element this thread owns, with threadIdx.x along N this time, so that the lanes of a warp read one row of A (the same float: a broadcast) and 32 neighbouring floats of a row of B, and write 32 neighbouring floats of C; see the chapter's SGEMM ladder, rung 2; about 8 lines; try 1x1x7, 7x1x1 and 33x17x65 (M x K x N).
     const int2 tile = tile_origin<TILE, TILE>(N);
     const int row = tile.x + threadIdx.y, col = tile.y + threadIdx.x;
     if (row >= M || col >= N) return;
@@ -102,13 +102,13 @@ __global__ void sgemm_coalesced_kernel(const float* __restrict__ A, const float*
     float acc = 0.0f;
     for (int k = 0; k < K; ++k) acc += a[k] * B[(size_t)k * N + col];
     C[(size_t)row * N + col] = acc;
-    // TODO(lab2/15) end
+    // TODO(lab2/14) end
 }
 
 // Rung 3 · shared-memory tiles. Blocks of TILE x TILE threads, one element of C each.
 __global__ void sgemm_smem_kernel(const float* __restrict__ A, const float* __restrict__ B,
                                   float* __restrict__ C, int M, int N, int K) {
-    // TODO(lab2/15) begin: the same element of C, but A and B go through shared memory: for each step of TILE along K the block loads a TILE x TILE tile of A and one of B (one float per thread each, coalesced, zero where the tile sticks out of A or B, the last step of K included), waits until both are complete, adds the TILE products, and waits again before the next step overwrites them; a thread outside C still loads its share; see the chapter's SGEMM ladder, rung 3; about 18 lines; try 33x17x65 and 65x129x31, and run the sanitizer (racecheck).
+    // TODO(lab2/14) begin: the same element of C, but A and B go through shared memory: for each step of TILE along K the block loads a TILE x TILE tile of A and one of B (one float per thread each, coalesced, zero where the tile sticks out of A or B, the last step of K included), waits until both are complete, adds the TILE products, and waits again before the next step overwrites them; a thread outside C still loads its share; see the chapter's SGEMM ladder, rung 3; about 18 lines; try 33x17x65 and 65x129x31, and run the sanitizer (racecheck).
     __shared__ float As[TILE][TILE];  // As[i][k] = A[row0 + i][k0 + k]
     __shared__ float Bs[TILE][TILE];  // Bs[k][j] = B[k0 + k][col0 + j]
     const int2 tile = tile_origin<TILE, TILE>(N);
@@ -124,14 +124,14 @@ __global__ void sgemm_smem_kernel(const float* __restrict__ A, const float* __re
         __syncthreads();  // everyone done reading before the next step overwrites them
     }
     if (row < M && col < N) C[(size_t)row * N + col] = acc;
-    // TODO(lab2/15) end
+    // TODO(lab2/14) end
 }
 
 // Rung 4 · 1D register tiling. r4::THREADS threads per block, a 64 x 64 tile of C per block.
 __global__ void sgemm_reg1d_kernel(const float* __restrict__ A,
                                                                   const float* __restrict__ B,
                                                                   float* __restrict__ C, int M, int N, int K) {
-    // TODO(lab2/15) begin: each thread computes TM = 8 elements of C stacked in one column, accumulated in registers; per step of BK along K the block stages A's BM x BK and B's BK x BN tiles in shared memory (one float of each per thread, zero-filled past the edges), and for every k the thread reads its B value once and reuses it for its 8 rows; see the chapter's SGEMM ladder, rung 4; about 30 lines; try 65x129x31, 127x255x129 and 100x36x68.
+    // TODO(lab2/14) begin: each thread computes TM = 8 elements of C stacked in one column, accumulated in registers; per step of BK along K the block stages A's BM x BK and B's BK x BN tiles in shared memory (one float of each per thread, zero-filled past the edges), and for every k the thread reads its B value once and reuses it for its 8 rows; see the chapter's SGEMM ladder, rung 4; about 30 lines; try 65x129x31, 127x255x129 and 100x36x68.
     using namespace r4;
     __shared__ float As[BM][BK];
     __shared__ float Bs[BK][BN];
@@ -163,14 +163,14 @@ __global__ void sgemm_reg1d_kernel(const float* __restrict__ A,
             if (row < M) C[(size_t)row * N + col] = acc[i];
         }
     }
-    // TODO(lab2/15) end
+    // TODO(lab2/14) end
 }
 
 // Rung 5 · 2D register tiling. r5::THREADS threads per block, a 128 x 128 tile of C per block.
 __global__ void __launch_bounds__(r5::THREADS, 2) sgemm_reg2d_kernel(const float* __restrict__ A,
                                                                      const float* __restrict__ B,
                                                                      float* __restrict__ C, int M, int N, int K) {
-    // TODO(lab2/15) begin: each thread computes an 8 x 8 block of C in registers; per step of BK = 8 along K the block stages A's 128 x 8 and B's 8 x 128 tiles in shared memory (four floats of each per thread, zero-filled past the edges), and for every k the thread copies its 8 values of A's column and 8 of B's row into registers and adds their 64 products (an outer product); see the chapter's SGEMM ladder, rung 5; about 40 lines; try 1x1x1, 127x255x129 and 100x36x68.
+    // TODO(lab2/14) begin: each thread computes an 8 x 8 block of C in registers; per step of BK = 8 along K the block stages A's 128 x 8 and B's 8 x 128 tiles in shared memory (four floats of each per thread, zero-filled past the edges), and for every k the thread copies its 8 values of A's column and 8 of B's row into registers and adds their 64 products (an outer product); see the chapter's SGEMM ladder, rung 5; about 40 lines; try 1x1x1, 127x255x129 and 100x36x68.
     using namespace r5;
     __shared__ float As[BM][BK];  // As[i][k] = A[row0 + i][k0 + k]
     __shared__ float Bs[BK][BN];  // Bs[k][j] = B[k0 + k][col0 + j]
@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(r5::THREADS, 2) sgemm_reg2d_kernel(const float
             if (col < N) C[(size_t)row * N + col] = acc[i][j];
         }
     }
-    // TODO(lab2/15) end
+    // TODO(lab2/14) end
 }
 
 // Four consecutive floats of row `row` of a row-major rows x cols matrix P, from column `col` (a
@@ -223,7 +223,7 @@ __global__ void __launch_bounds__(r5::THREADS, 2) sgemm_reg2d_kernel(const float
 // one aligned float4, and either all of them are inside the row or none is.
 template <bool VEC>
 __device__ __forceinline__ float4 load4(const float* __restrict__ P, int row, int rows, int cols, int col) {
-    // TODO(lab2/15) begin: the four floats as one float4 load when VEC, else one by one, each element guarded (zero past the last row or column: rung 6 and 7's tiles stick out of A and B); see the chapter's SGEMM ladder, rung 6; about 12 lines; work out what it returns for cols = 5 and col = 4, and for row = rows.
+    // TODO(lab2/14) begin: the four floats as one float4 load when VEC, else one by one, each element guarded (zero past the last row or column: rung 6 and 7's tiles stick out of A and B); see the chapter's SGEMM ladder, rung 6; about 12 lines; work out what it returns for cols = 5 and col = 4, and for row = rows.
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (row >= rows) return v;
     const float* p = P + (size_t)row * cols + col;
@@ -237,14 +237,14 @@ __device__ __forceinline__ float4 load4(const float* __restrict__ P, int row, in
     }
     return v;
     //~ return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    // TODO(lab2/15) end
+    // TODO(lab2/14) end
 }
 
 // The store that matches load4: v into row `row` of a rows x cols matrix P from column `col`,
 // leaving out what falls past the last row or column.
 template <bool VEC>
 __device__ __forceinline__ void store4(float* __restrict__ P, int row, int rows, int cols, int col, float4 v) {
-    // TODO(lab2/15) begin: one float4 store when VEC, else up to four scalar stores, never past the last row or column of C; see the chapter's SGEMM ladder, rung 6; about 10 lines; work out what it writes for cols = 5 and col = 4.
+    // TODO(lab2/14) begin: one float4 store when VEC, else up to four scalar stores, never past the last row or column of C; see the chapter's SGEMM ladder, rung 6; about 10 lines; work out what it writes for cols = 5 and col = 4.
     if (row >= rows) return;
     float* p = P + (size_t)row * cols + col;
     if constexpr (VEC) {
@@ -255,7 +255,7 @@ __device__ __forceinline__ void store4(float* __restrict__ P, int row, int rows,
         if (col + 2 < cols) p[2] = v.z;
         if (col + 3 < cols) p[3] = v.w;
     }
-    // TODO(lab2/15) end
+    // TODO(lab2/14) end
 }
 
 // Rung 6 · float4 loads. The tiles and threads of rung 5; VEC as for load4.
@@ -263,7 +263,7 @@ template <bool VEC>
 __global__ void __launch_bounds__(r5::THREADS, 2) sgemm_vec4_kernel(const float* __restrict__ A,
                                                                     const float* __restrict__ B,
                                                                     float* __restrict__ C, int M, int N, int K) {
-    // TODO(lab2/15) begin: rung 5 with one float4 of A and one of B per thread and per step (load4), B's stored as it is and A's transposed (As[k][m]), so that for every k a thread's 8 values of A, like its 8 of B, are two float4 reads of shared memory; the results leave through store4; see the chapter's SGEMM ladder, rung 6; about 45 lines; try 1x1x7, 100x36x68 and the case whose A and B start one float in.
+    // TODO(lab2/14) begin: rung 5 with one float4 of A and one of B per thread and per step (load4), B's stored as it is and A's transposed (As[k][m]), so that for every k a thread's 8 values of A, like its 8 of B, are two float4 reads of shared memory; the results leave through store4; see the chapter's SGEMM ladder, rung 6; about 45 lines; try 1x1x7, 100x36x68 and the case whose A and B start one float in.
     using namespace r5;
     __shared__ __align__(16) float As[BK][BM];  // transposed: As[k][i] = A[row0 + i][k0 + k]
     __shared__ __align__(16) float Bs[BK][BN];  // Bs[k][j] = B[k0 + k][col0 + j]
@@ -301,7 +301,7 @@ __global__ void __launch_bounds__(r5::THREADS, 2) sgemm_vec4_kernel(const float*
         for (int j = 0; j < TN; j += 4)
             store4<VEC>(C, tile.x + trow + i, M, N, tile.y + tcol + j,
                         make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]));
-    // TODO(lab2/15) end
+    // TODO(lab2/14) end
 }
 
 // Rung 7 · warp tiling. r7::THREADS threads per block, a 128 x 128 tile of C; VEC as for load4.
@@ -309,7 +309,7 @@ template <bool VEC>
 __global__ void __launch_bounds__(r7::THREADS, 2) sgemm_warptile_kernel(const float* __restrict__ A,
                                                                         const float* __restrict__ B,
                                                                         float* __restrict__ C, int M, int N, int K) {
-    // TODO(lab2/15) begin: rung 6 with the block's 8 warps each owning a 32 x 64 tile of C, and within it each lane 2 x 2 sub-tiles of 4 x 4 placed so that every float4 read of shared memory by a warp covers one contiguous 64- or 128-byte span (no bank conflicts); with BK = 16 and two shared buffers, the next step's float4s are loaded into registers before the current step's products and stored into the other buffer after them, one barrier per step; every step of K is computed, the last partial one too; see the chapter's SGEMM ladder, rung 7; about 70 lines; try 1x1x1, 33x17x65, 100x36x68 and 1000x1000x1000.
+    // TODO(lab2/14) begin: rung 6 with the block's 8 warps each owning a 32 x 64 tile of C, and within it each lane 2 x 2 sub-tiles of 4 x 4 placed so that every float4 read of shared memory by a warp covers one contiguous 64- or 128-byte span (no bank conflicts); with BK = 16 and two shared buffers, the next step's float4s are loaded into registers before the current step's products and stored into the other buffer after them, one barrier per step; every step of K is computed, the last partial one too; see the chapter's SGEMM ladder, rung 7; about 70 lines; try 1x1x1, 33x17x65, 100x36x68 and 1000x1000x1000.
     using namespace r7;
     __shared__ __align__(16) float As[2][BK][BM];  // two buffers; transposed: As[s][k][i] = A[row0 + i][k0 + k]
     __shared__ __align__(16) float Bs[2][BK][BN];  // Bs[s][k][j] = B[k0 + k][col0 + j]
@@ -380,7 +380,7 @@ __global__ void __launch_bounds__(r7::THREADS, 2) sgemm_warptile_kernel(const fl
         for (int j = 0; j < WNITER * 4; j += 4)
             store4<VEC>(C, tile.x + wrow + (i / 4) * 16 + lrow + i % 4, M, N, tile.y + wcol + (j / 4) * 32 + lcol,
                         make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]));
-    // TODO(lab2/15) end
+    // TODO(lab2/14) end
 }
 
 // ---------------------------------------------------------------------------------------------

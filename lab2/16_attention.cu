@@ -1,4 +1,4 @@
-// Lab 2 · Task 17 — Attention: scores in memory, then flash-attention's fused online softmax
+// Lab 2 · Task 16 — Attention: scores in memory, then flash-attention's fused online softmax
 //
 // Implement: the kernels of the chapter's attention ladder. Rung 1, three kernels with the
 //            scores in global memory: scores_kernel (S = Q K^T / sqrt(D) for every query and
@@ -22,7 +22,7 @@
 //            T = 2048) and returns the allocation error when that does not fit. Each entry point
 //            launches on the default stream, returns the first error and does not synchronize
 //            (except once, when rung 1's scratch grows).
-// Test:      make test-lab2 TASK=17
+// Test:      make test-lab2 TASK=16
 
 #include "course.h"
 #include "course_scratch.h"
@@ -73,22 +73,22 @@ __device__ __forceinline__ float warp_sum(float v) {
 // b = blockIdx.z; threadIdx.x runs along the keys j.
 __global__ void scores_kernel(const float* __restrict__ Q, const float* __restrict__ K, float* __restrict__ S,
                               int T, float scale) {
-    // TODO(lab2/17) begin: S[b][i][j] = scale * (row i of Q[b]) . (row j of K[b]) for the one (i, j) this thread owns, neighbouring lanes on neighbouring keys j (so the warp shares its row of Q and writes 32 neighbouring floats of S), nothing written outside the T x T matrix; offsets in size_t; see the chapter's attention ladder, rung 1; about 10 lines; try BH=1,T=1 and BH=2,T=17.
-    // TODO(lab2/17) end
+    // TODO(lab2/16) begin: S[b][i][j] = scale * (row i of Q[b]) . (row j of K[b]) for the one (i, j) this thread owns, neighbouring lanes on neighbouring keys j (so the warp shares its row of Q and writes 32 neighbouring floats of S), nothing written outside the T x T matrix; offsets in size_t; see the chapter's attention ladder, rung 1; about 10 lines; try BH=1,T=1 and BH=2,T=17.
+    // TODO(lab2/16) end
 }
 
 // S (BH * T rows, T) -> P in place. One warp per row r = b * T + i; its lanes stride over the row.
 __global__ void softmax_rows_kernel(float* __restrict__ S, int rows, int T, int causal) {
-    // TODO(lab2/17) begin: row r of S becomes its softmax: the max m of the entries the row may see (columns 0..i when causal, i = r % T, else all T), then d = sum of exp(s - m) over them, then exp(s - m) / d written back and exactly 0 in every column the mask hides; the lanes stride over the row 32 apart and combine with warp_max and warp_sum; a warp past the last row leaves as a whole; see the chapter's attention ladder, rung 1; about 15 lines; try BH=3,T=100 causal and not.
-    // TODO(lab2/17) end
+    // TODO(lab2/16) begin: row r of S becomes its softmax: the max m of the entries the row may see (columns 0..i when causal, i = r % T, else all T), then d = sum of exp(s - m) over them, then exp(s - m) / d written back and exactly 0 in every column the mask hides; the lanes stride over the row 32 apart and combine with warp_max and warp_sum; a warp past the last row leaves as a whole; see the chapter's attention ladder, rung 1; about 15 lines; try BH=3,T=100 causal and not.
+    // TODO(lab2/16) end
 }
 
 // P (BH, T, T), V (BH, T, D) -> O (BH, T, D). Block (HEAD_DIM, PV_ROWS): threadIdx.x is the
 // column d of O, threadIdx.y one of PV_ROWS query rows; b = blockIdx.y.
 __global__ void pv_kernel(const float* __restrict__ P, const float* __restrict__ V, float* __restrict__ O, int T,
                           int causal) {
-    // TODO(lab2/17) begin: O[b][i][d] = sum over j of P[b][i][j] * V[b][j][d] for the one (i, d) this thread owns, neighbouring lanes on neighbouring d (the warp shares P's element and reads 32 neighbouring floats of V); P is 0 past the diagonal when causal, so those terms may be skipped; see the chapter's attention ladder, rung 1; about 10 lines; try BH=2,T=17 and BH=3,T=100 causal.
-    // TODO(lab2/17) end
+    // TODO(lab2/16) begin: O[b][i][d] = sum over j of P[b][i][j] * V[b][j][d] for the one (i, d) this thread owns, neighbouring lanes on neighbouring d (the warp shares P's element and reads 32 neighbouring floats of V); P is 0 past the diagonal when causal, so those terms may be skipped; see the chapter's attention ladder, rung 1; about 10 lines; try BH=2,T=17 and BH=3,T=100 causal.
+    // TODO(lab2/16) end
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -119,8 +119,8 @@ __global__ void __launch_bounds__(fa::BR) attention_fused_kernel(const float* __
                                                                  const float* __restrict__ K,
                                                                  const float* __restrict__ V, float* __restrict__ O,
                                                                  int BH, int T, int causal, float qscale) {
-    // TODO(lab2/17) begin: row row0 + threadIdx.x of O[head] (nothing stored for a row past T, though that thread loads and waits with the others): q, o, m and l in registers; the key tiles from 0 up to T (or, when causal, up to the block's last row: tiles wholly past the diagonal are never loaded), each loaded cooperatively into shared memory (coalesced float4s, zeros past T) between two __syncthreads (the first keeps a fast warp from overwriting a tile others still read); within a tile, per CHUNK keys: the scores (masked to -inf past T and, when causal, past the row), the new max, o and l rescaled to it, p = exp2(s - m), l += p, o += p v; finally O = o / l; see the chapter's attention ladder, rung 2; about 70 lines; try BH=1,T=1, BH=2,T=17, BH=3,T=100 causal and the large-input case, and run the sanitizer (racecheck).
-    // TODO(lab2/17) end
+    // TODO(lab2/16) begin: row row0 + threadIdx.x of O[head] (nothing stored for a row past T, though that thread loads and waits with the others): q, o, m and l in registers; the key tiles from 0 up to T (or, when causal, up to the block's last row: tiles wholly past the diagonal are never loaded), each loaded cooperatively into shared memory (coalesced float4s, zeros past T) between two __syncthreads (the first keeps a fast warp from overwriting a tile others still read); within a tile, per CHUNK keys: the scores (masked to -inf past T and, when causal, past the row), the new max, o and l rescaled to it, p = exp2(s - m), l += p, o += p v; finally O = o / l; see the chapter's attention ladder, rung 2; about 70 lines; try BH=1,T=1, BH=2,T=17, BH=3,T=100 causal and the large-input case, and run the sanitizer (racecheck).
+    // TODO(lab2/16) end
 }
 
 // ---------------------------------------------------------------------------------------------

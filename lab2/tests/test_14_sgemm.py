@@ -1,4 +1,4 @@
-"""Checks for lab2/15_sgemm.cu: the SGEMM ladder, seven kernels for C = A @ B in float32, from one
+"""Checks for lab2/14_sgemm.cu: the SGEMM ladder, seven kernels for C = A @ B in float32, from one
 thread per element with uncoalesced loads to warp tiling, timed against cuBLAS (through torch,
 with TF32 off so that it does the same float32 arithmetic).
 
@@ -103,10 +103,10 @@ MISTAKES = {
 
 TASK = CudaTask(
     lab="lab2",
-    number="15",
+    number="14",
     title="SGEMM ladder",
     mistakes=MISTAKES,
-    sources=["15_sgemm.cu"],
+    sources=["14_sgemm.cu"],
     entries=[entry(s) for s in RUNGS],
     cases=[
         shape(1, 1, 1),
