@@ -324,3 +324,13 @@ def test_solutions_run_on_the_handed_out_labs_and_clean_up(handed_out: Path, tmp
     check_unusable(r, missing)
     assert not sorted(tmp.glob(STAGED)), f"{sorted(tmp.glob(STAGED))} left behind after an error\n{said(r)}"
     assert model_py.stat().st_mtime_ns == stamp, "an unchanged staged file is written again (its build cache goes cold)"
+
+
+def test_a_student_release_is_not_offered_the_solutions(tmp_path: Path) -> None:
+    """A release without labN/solutions/ names the grader's command instead of SOLUTIONS=1."""
+    from llama import generate
+
+    (tmp_path / "with" / "solutions").mkdir(parents=True)
+    assert "make generate SOLUTIONS=1" in generate.solutions_hint(tmp_path / "with")
+    hint = generate.solutions_hint(tmp_path)
+    assert "SOLUTIONS" not in hint and "make test-lab5" in hint, hint

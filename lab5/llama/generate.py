@@ -313,7 +313,15 @@ TASK_FILES = {
     ),
 }
 GRAPH_ONLY = ("../lab4/kiln/capture.py",)  # what --no-graph does not run
-SOLUTIONS_HINT = "`make generate SOLUTIONS=1` runs the reference solutions"
+
+
+def solutions_hint(lab_dir: Path | None = None) -> str:
+    """How to run the reference instead: only where a solutions/ folder exists (the instructors'
+    repository); a student release has none, so there the hint is the grader's own command."""
+    lab_dir = lab_dir or Path(__file__).resolve().parents[1]
+    if (lab_dir / "solutions").is_dir():
+        return "`make generate SOLUTIONS=1` runs the reference solutions"
+    return "`make test-lab4` and `make test-lab5` say what each task still needs"
 
 
 @dataclass
@@ -370,7 +378,8 @@ def not_done(device: str, *, use_graph: bool = True) -> list[NotDone]:
 
 
 def not_done_message(tasks: Sequence[NotDone]) -> str:
-    return "\n".join([*(t.line() for t in tasks), f"{SOLUTIONS_HINT} instead."])
+    hint = solutions_hint()
+    return "\n".join([*(t.line() for t in tasks), f"{hint} instead." if "SOLUTIONS=1" in hint else f"{hint}."])
 
 
 TAGGED = re.compile(r"^(?P<lab>lab\d+)/(?P<number>\d+)\b:?\s*(?P<what>.*)$", re.DOTALL)
@@ -385,10 +394,10 @@ def not_implemented_message(error: NotImplementedError) -> str | None:
     frames = traceback.extract_tb(error.__traceback__)
     where = f" ({_shown(Path(frames[-1].filename))}:{frames[-1].lineno})" if frames else ""
     what = f": {m['what'].strip()}{where}" if m["what"].strip() else where
-    return (
-        f"lab {m['lab'][3:]} task {m['number']} is not done yet{what}; "
-        f"{SOLUTIONS_HINT} (`make test-{m['lab']} TASK={m['number']}` grades yours)"
-    )
+    grades = f"`make test-{m['lab']} TASK={m['number']}` grades yours"
+    hint = solutions_hint()
+    tail = f"{hint} ({grades})" if "SOLUTIONS=1" in hint else grades
+    return f"lab {m['lab'][3:]} task {m['number']} is not done yet{what}; {tail}"
 
 
 # --- the command line (given) ----------------------------------------------------------------------
