@@ -377,7 +377,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "CUDA graph",
         "kiln_unary ignores its stream and launches on the legacy default stream: right in every eager call,"
-        " but the launch breaks the capture of torch's stream into a CUDA graph",
+        " but a CUDA graph captured on torch's stream never holds that launch, so its replays leave the output stale",
         mistake="wrong stream",
     ),
     "03_pointwise.int32_index": Variant(

@@ -19,8 +19,10 @@ ulp), about 1e-7 relative, and an fp16 rounding (2^-11 relative) is rejected.
 The stream. Every call gets torch's current stream (0, the legacy default stream, unless torch
 has been given another) and must launch on it. `replays_in_a_cuda_graph` captures a call of each
 entry point into a CUDA graph (torch's capture stream, a stream of its own) and replays it on new
-inputs: a launch on any other stream, a synchronization or an allocation makes the capture fail,
-and it would make kiln's whole-model graph (task 07) fail the same way.
+inputs: a synchronization or an allocation makes the capture fail, and a launch on any other
+stream is not captured at all (torch's capture stream is non-blocking, so a launch on the legacy
+stream runs once, at capture, and no replay repeats it): the replays give stale outputs, as kiln's
+whole-model graph (task 07) would.
 
 No timing case: the grader times an entry point with a host argument (meta) by the host's clock
 and counts its wrong outputs on the host, while these outputs are on the device.

@@ -26,7 +26,8 @@ shared-memory loads; lab 2's ladder goes further (larger per-thread tiles, float
 warp tiling). The performance points need a quarter of cuBLAS's speed. They are not a gate
 (`make verify` does not hold the reference solution to them) until the target has been measured on
 the course's cards: this kernel's share of cuBLAS at this size depends on the card's SM count (a
-1024^2 output is only 256 tiles, two waves on an H100's 132 SMs) more than on the student's code.
+1024^2 output is only 256 tiles, fewer than two per SM of an H100's 132: one wave, its SMs not all
+equally busy) more than on the student's code.
 
 TASK.mistakes names the class of mistake each case is there to catch; lab4/solutions/broken.py
 has a broken variant for each (graded on a GPU).

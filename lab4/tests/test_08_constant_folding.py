@@ -7,7 +7,7 @@ shape and dtype. The graphs: the chapter's MLP, whose two weight permutes must b
 (11 nodes down to 9, the weights gone, the text parsing back); a chain of reshape, permute, add, relu
 and mul over weights that must fold into one constant, with a diamond inside; nodes that read a
 weight AND an input, directly or through a chain (weight -> add(input) -> permute), which must stay;
-a buffer read before its write and written by slice_update, run twice (run 2 reads run 1's write:
+a buffer read before its write and written by slice_update, run three times (each run reads the last one's write:
 a buffer is state, not a zero constant); f16 and bf16 chains whose values round differently when the
 whole chain is computed in float32 (2048 + 1 - 2048 is 0 in f16, 1 in float32); the caller's graph,
 constants dict and weights checked unchanged, and the folded constants unchanged after the caller
@@ -50,8 +50,8 @@ TASK = PythonTask(
     mistakes={
         "input dependence": "test_input_dependent_nodes_stay: weight -> add(input) -> permute, and a matmul of"
         " an input by a weight, must stay nodes",
-        "buffer state": "test_buffers_are_state: relu of a buffer read before its write, run twice; the second"
-        " run reads what the first wrote",
+        "buffer state": "test_buffers_are_state: relu of a buffer read before its write, run three times; each"
+        " run reads what the one before it wrote",
         "precision": "test_half_precision_rounds_per_node: f16 and bf16 chains (2048 + 1 - 2048) that give 0"
         " rounded per node and 1 through float32",
         "caller's graph": "test_caller_graph_unchanged: the caller's text, nodes, constants dict and weights"
