@@ -212,7 +212,9 @@ def check_not_done(r: subprocess.CompletedProcess[str], *tasks: str) -> list[str
     lines = our_lines(r)
     for task in tasks:
         assert any(f"{task} is not done yet" in line for line in lines), said(r)
-    assert "make generate SOLUTIONS=1" in r.stderr, said(r)
+    # the way to run the reference where this tree has one; a student release is pointed at its tests
+    hint = "make generate SOLUTIONS=1" if (ROOT / "lab5" / "solutions").is_dir() else "make test-lab5"
+    assert hint in r.stderr, said(r)
     assert STATS.search(r.stdout) is None, said(r)
     return lines
 
