@@ -155,8 +155,9 @@ def target_arch() -> str:
     return found[0].arch if found else DEFAULT_ARCH
 
 
-def gencode_flags(arch: str) -> list[str]:
-    """SASS for the card plus PTX, so a newer card can still JIT the kernel."""
+def gencode_flags(arch: str, sass: bool = True) -> list[str]:
+    """SASS for the card plus PTX, so a newer card can still JIT the kernel; `sass=False`: the PTX
+    alone (ptxas never runs: a build that only asks whether the code compiles)."""
     supported = nvcc_arches()
     if supported and arch.rstrip("af") not in supported:
         raise ToolchainError(
@@ -164,4 +165,8 @@ def gencode_flags(arch: str) -> list[str]:
             f"install a CUDA toolkit that supports your GPU, or set GRADER_ARCH to one of those"
         )
     num = arch.removeprefix("sm_")
-    return [f"-gencode=arch=compute_{num},code=[sm_{num},compute_{num}]"]
+    return [
+        f"-gencode=arch=compute_{num},code=[sm_{num},compute_{num}]"
+        if sass
+        else f"-gencode=arch=compute_{num},code=compute_{num}"
+    ]
