@@ -226,8 +226,9 @@ class Builder:
         raise IRError(f"cannot use a {type(value).__name__} as an operand of %{like.node.name}")
 
     # --- operators
-    def op(self, op: str, *inputs: Tensor, **attrs: Any) -> Tensor:
-        """`%tN = op(inputs) {attrs}`, its type inferred now (a ShapeError names the node)."""
+    def op(self, op: str, /, *inputs: Tensor, **attrs: Any) -> Tensor:
+        """`%tN = op(inputs) {attrs}`, its type inferred now (a ShapeError names the node). `op` is
+        positional-only, so an attribute may be named op too (lab 6's all_reduce {op = "sum"})."""
         opdef = ops.get(op)
         if op in SOURCES:
             raise IRError(f"build sources with Builder.{op}(), not Builder.op")
