@@ -26,6 +26,7 @@
 
 #include "course.h"
 
+#include <algorithm>
 #include <cstddef>
 
 enum KernelId { BUSY_KERNEL = 0, HEAVY_KERNEL = 1 };
@@ -91,11 +92,19 @@ COURSE_API cudaError_t run_busy(int* block_ids, int blocks, int threads) {
 
 // ---- the task ----------------------------------------------------------------------------------
 
+// How an SM allocates (the chapter's table in "3.3 How many blocks fit on an SM"): no device
+// attribute reports these, and they hold from compute capability 7.0 to 12.x.
+[[maybe_unused]] constexpr int REGISTER_UNIT = 256;  // registers are given to a warp in units of 256
+[[maybe_unused]] constexpr int QUARTERS = 4;         // the register file is 4 quarters, one per warp scheduler
+[[maybe_unused]] constexpr int SMEM_UNIT = 128;      // shared memory is given to a block in units of 128 bytes (256 before 8.0)
+
+[[maybe_unused]] static long long round_up(long long x, long long unit) { return (x + unit - 1) / unit * unit; }
+
 COURSE_API cudaError_t occupancy_report(int kernel, int threads, size_t dynamic_smem, int* blocks_per_sm,
                                         int* sms, long long* blocks_per_wave) {
     const void* fn = kernel_by_id(kernel);
     if (fn == nullptr) return cudaErrorInvalidValue;
-    // TODO(lab2/03) begin: for the kernel fn on the current device, how many of its blocks (of `threads` threads and `dynamic_smem` bytes of dynamic shared memory) one SM holds at once, with threads, registers, shared memory and the per-SM block cap all counted, the device's SM count as the device reports it (never a constant: GPUs of one name differ), and blocks_per_wave, their product; every runtime call checked; see the chapter's section on waves and tails; about 8 lines; try busy_kernel with 1024 threads, with 256 threads and 40 KiB, and heavy_kernel with 256 threads.
+    // TODO(lab2/03) begin: for the kernel fn on the current device, how many of its blocks (of `threads` threads and `dynamic_smem` bytes of dynamic shared memory) one SM holds at once, derived from the resources as the chapter's worked example does: the kernel's registers and static shared memory from cudaFuncGetAttributes, the SM's limits from cudaDeviceGetAttribute, each of the four limits rounded as the hardware allocates (never the runtime's occupancy calculator: the grader compares with it); the SM count as the device reports it, and blocks_per_wave, their product; every runtime call checked; see the chapter's section "3.4 Worked example: four limits, one minimum"; about 25 lines; try heavy_kernel with 96 threads, and busy_kernel with 64 threads and 8 KiB.
     return cudaErrorNotYetImplemented;  //~
     // TODO(lab2/03) end
 }

@@ -26,6 +26,7 @@
 
 #include "course.h"
 
+#include <algorithm>
 #include <cstddef>
 
 enum KernelId { BUSY_KERNEL = 0, HEAVY_KERNEL = 1 };
@@ -91,17 +92,54 @@ COURSE_API cudaError_t run_busy(int* block_ids, int blocks, int threads) {
 
 // ---- the task ----------------------------------------------------------------------------------
 
+// How an SM allocates (the chapter's table in "3.3 How many blocks fit on an SM"): no device
+// attribute reports these, and they hold from compute capability 7.0 to 12.x.
+[[maybe_unused]] constexpr int REGISTER_UNIT = 256;  // registers are given to a warp in units of 256
+[[maybe_unused]] constexpr int QUARTERS = 4;         // the register file is 4 quarters, one per warp scheduler
+[[maybe_unused]] constexpr int SMEM_UNIT = 128;      // shared memory is given to a block in units of 128 bytes (256 before 8.0)
+
+[[maybe_unused]] static long long round_up(long long x, long long unit) { return (x + unit - 1) / unit * unit; }
+
 COURSE_API cudaError_t occupancy_report(int kernel, int threads, size_t dynamic_smem, int* blocks_per_sm,
                                         int* sms, long long* blocks_per_wave) {
     const void* fn = kernel_by_id(kernel);
     if (fn == nullptr) return cudaErrorInvalidValue;
-    // TODO(lab2/03) begin: for the kernel fn on the current device, how many of its blocks (of `threads` threads and `dynamic_smem` bytes of dynamic shared memory) one SM holds at once, with threads, registers, shared memory and the per-SM block cap all counted, the device's SM count as the device reports it (never a constant: GPUs of one name differ), and blocks_per_wave, their product; every runtime call checked; see the chapter's section on waves and tails; about 8 lines; try busy_kernel with 1024 threads, with 256 threads and 40 KiB, and heavy_kernel with 256 threads.
+    // TODO(lab2/03) begin: for the kernel fn on the current device, how many of its blocks (of `threads` threads and `dynamic_smem` bytes of dynamic shared memory) one SM holds at once, derived from the resources as the chapter's worked example does: the kernel's registers and static shared memory from cudaFuncGetAttributes, the SM's limits from cudaDeviceGetAttribute, each of the four limits rounded as the hardware allocates (never the runtime's occupancy calculator: the grader compares with it); the SM count as the device reports it, and blocks_per_wave, their product; every runtime call checked; see the chapter's section "3.4 Worked example: four limits, one minimum"; about 25 lines; try heavy_kernel with 96 threads, and busy_kernel with 64 threads and 8 KiB.
     int device = 0;
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, device));
-    // the runtime's calculator knows the kernel's registers and static shared memory, the 1 KiB
-    // the driver reserves per block, allocation granularities and the per-SM caps
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, fn, threads, dynamic_smem));
+    cudaFuncAttributes attr{};
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, fn));  // numRegs, sharedSizeBytes, maxThreadsPerBlock
+    int warp = 0, warps_per_sm = 0, blocks_cap = 0, regs_per_sm = 0, regs_per_block = 0;
+    int smem_per_sm = 0, smem_per_block = 0, reserved = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&warp, cudaDevAttrWarpSize, device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&warps_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device));
+    warps_per_sm /= warp;
+    CUDA_CHECK(cudaDeviceGetAttribute(&blocks_cap, cudaDevAttrMaxBlocksPerMultiprocessor, device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&regs_per_sm, cudaDevAttrMaxRegistersPerMultiprocessor, device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&regs_per_block, cudaDevAttrMaxRegistersPerBlock, device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&smem_per_block, cudaDevAttrMaxSharedMemoryPerBlock, device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device));
+    int major = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    const long long warps = (threads + warp - 1) / warp;  // a block takes whole warps
+    // warp slots, and the per-SM block cap
+    long long fit = threads > attr.maxThreadsPerBlock ? 0 : std::min<long long>(warps_per_sm / warps, blocks_cap);
+    // registers: per warp, rounded up to the allocation unit; warps placed per quarter of the file,
+    // and a block refused outright when its warps (rounded up to the quarters) need more than a block may hold
+    const long long regs_per_warp = round_up((long long)attr.numRegs * warp, REGISTER_UNIT);
+    if (regs_per_warp > 0) {
+        if (regs_per_warp * round_up(warps, QUARTERS) > regs_per_block) fit = 0;
+        const long long warps_by_regs = (regs_per_sm / QUARTERS / regs_per_warp) * QUARTERS;
+        fit = std::min(fit, warps_by_regs / warps);
+    }
+    // shared memory: static + dynamic + the driver's reserved bytes, rounded up to its unit
+    const long long smem = round_up((long long)attr.sharedSizeBytes + reserved + (long long)dynamic_smem,
+                                    major >= 8 ? SMEM_UNIT : 2 * SMEM_UNIT);
+    if (smem > (long long)smem_per_block + reserved) fit = 0;
+    fit = std::min(fit, smem_per_sm / smem);
+    *blocks_per_sm = (int)fit;
     *blocks_per_wave = (long long)*blocks_per_sm * *sms;
     return cudaSuccess;
     //~ return cudaErrorNotYetImplemented;

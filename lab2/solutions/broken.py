@@ -161,12 +161,8 @@ VARIANTS: dict[str, Variant] = {
         "03_waves.cu",
         [
             (
-                "    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor("
-                "blocks_per_sm, fn, threads, dynamic_smem));\n",
-                "    int threads_per_sm = 0;\n"
-                "    CUDA_CHECK(cudaDeviceGetAttribute("
-                "&threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device));\n"
-                "    *blocks_per_sm = threads_per_sm / threads;  // as many blocks as the SM has thread slots\n",
+                "    *blocks_per_sm = (int)fit;\n",
+                "    *blocks_per_sm = warps_per_sm * warp / threads;  // as many blocks as the SM has thread slots\n",
             )
         ],
         {"wrong"},
@@ -961,15 +957,59 @@ VARIANTS: dict[str, Variant] = {
         "03_waves.cu",
         [
             (
-                "blocks_per_sm, fn, threads, dynamic_smem));\n",
-                "blocks_per_sm, fn, threads, 0));  // the kernel's shared memory is in its attributes\n",
+                "round_up((long long)attr.sharedSizeBytes + reserved + (long long)dynamic_smem,\n",
+                "round_up((long long)attr.sharedSizeBytes + reserved,  // the kernel's shared memory: its attributes\n",
             )
         ],
         {"wrong"},
         "occupancy calculator says",
-        "asks the occupancy calculator with 0 bytes of dynamic shared memory: right for every configuration"
-        " without any, wrong for busy_kernel with 40 KiB per block, where shared memory, not threads, is the limit",
+        "counts the kernel's static shared memory only, as cudaFuncGetAttributes reports it: right for every"
+        " configuration without dynamic shared memory, wrong for busy_kernel with 40 KiB per block, where"
+        " shared memory, not threads, is the limit",
         mistake="dynamic shared memory",
+    ),
+    "03_waves.calculator_as_the_answer": Variant(
+        "03_waves.cu",
+        [
+            (
+                "    *blocks_per_sm = (int)fit;\n",
+                "    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor("
+                "blocks_per_sm, fn, threads, dynamic_smem));\n",
+            )
+        ],
+        {"rule violation"},
+        "the occupancy calculator is the grader's check",
+        "the derivation computed, then the runtime's occupancy calculator asked instead: every number right,"
+        " the lesson skipped; the compiled rule sees the call occupancy_report reaches",
+        mistake="calculator as the answer",
+    ),
+    "03_waves.registers_not_per_quarter": Variant(
+        "03_waves.cu",
+        [
+            (
+                "        const long long warps_by_regs = (regs_per_sm / QUARTERS / regs_per_warp) * QUARTERS;\n",
+                "        const long long warps_by_regs = regs_per_sm / regs_per_warp;  // the whole file at once\n",
+            )
+        ],
+        {"wrong"},
+        "occupancy calculator says",
+        "warps counted against the whole register file instead of per quarter: heavy_kernel (84 registers,"
+        " 2816 a warp) gets 23 warps an SM, not 4 x 5 = 20, so 7 blocks of 96 threads instead of 6",
+        mistake="register rounding",
+    ),
+    "03_waves.reserved_kilobyte_left_out": Variant(
+        "03_waves.cu",
+        [
+            (
+                "round_up((long long)attr.sharedSizeBytes + reserved + (long long)dynamic_smem,\n",
+                "round_up((long long)attr.sharedSizeBytes + (long long)dynamic_smem,\n",
+            )
+        ],
+        {"wrong"},
+        "occupancy calculator says",
+        "the driver's reserved kilobyte per block left out: busy_kernel with 64 threads and 8 KiB gets"
+        " 228 / 8 = 28 blocks, not 228 / 9 = 25 (an H100; 40 and 48 KiB round to the same count either way)",
+        mistake="reserved shared memory",
     ),
     "04_streams.kernel_on_the_default_stream": Variant(
         "04_streams.cu",
@@ -1304,7 +1344,10 @@ BATCHES = [
         "05_graph.bind_set_on_the_built_graph",
         "13_softmax.one_pass_variance",
         "02_divergence.branches_spelled_by_macros",
+        "03_waves.calculator_as_the_answer",
     ],
+    ["03_waves.registers_not_per_quarter"],
+    ["03_waves.reserved_kilobyte_left_out"],
 ]
 # graded with compute-sanitizer as well (one run: one variant per task)
 SANITIZED = [
@@ -1318,6 +1361,7 @@ SANITIZED = [
 # verdicts the build decides (the rules judge what was compiled): graded on a machine without a GPU too
 AT_BUILD: list[str] = [
     "00_profile_first.malloc_every_round",
+    "03_waves.calculator_as_the_answer",
     "08_inline_ptx.lane_from_threadidx",
     "03_waves.hardcoded_sms",
     "08_inline_ptx.fma_in_a_comment",

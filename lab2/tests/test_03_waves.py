@@ -20,7 +20,11 @@ has spun for SPIN_CYCLES clock cycles. The tail effect itself (one block past a 
 time) is explained in the chapter, not timed here: timing never decides a verdict.
 
 The configurations with 8, 40 and 48 KiB of dynamic shared memory per block fail an occupancy
-asked without it.
+asked without it. The student derives the occupancy from the kernel's resources (a compiled rule:
+occupancy_report reaches cudaFuncGetAttributes and no occupancy calculator), so each rounding the
+chapter teaches must change an answer: heavy_kernel with 96 threads fails a register count that
+ignores the quarters of the file (7 blocks, not 6), busy_kernel with 64 threads and 8 KiB one that
+leaves out the reserved kilobyte (28, not 25).
 """
 
 import ctypes
@@ -28,7 +32,7 @@ import ctypes
 from grader.child.context import RunContext
 from grader.child.ffi import HarnessError
 from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, Int, Out, Rule
-from grader.tasks.rules import calls
+from grader.tasks.rules import calls, never_calls
 
 BUSY, HEAVY = 0, 1
 NAMES = {BUSY: "busy_kernel", HEAVY: "heavy_kernel"}
@@ -218,6 +222,12 @@ def reference(v):
 # (lab2/solutions/broken.py has a variant of each).
 MISTAKES = {
     "threads-only occupancy": "occupancy_matches_the_driver: limits of registers, shared memory, warps, block cap",
+    "calculator as the answer": "the compiled rule: occupancy_report reaches no cudaOccupancy*/cuOccupancy* call",
+    "register rounding": "occupancy_matches_the_driver's heavy_kernel with 96 threads: per warp rounded up to 256"
+    " registers and placed per quarter of the file (16 384 / 2816 = 5 warps a quarter, 20 an SM: 6 blocks),"
+    " not 65 536 / 2816 = 23 warps (7 blocks)",
+    "reserved shared memory": "occupancy_matches_the_driver's busy_kernel with 64 threads and 8 KiB: 9 KiB a block"
+    " with the driver's reserved kilobyte, 25 blocks, not 228 / 8 = 28",
     "dynamic shared memory": "occupancy_matches_the_driver's 8, 40 and 48 KiB of dynamic shared memory per block",
     "hard-coded device": "the source rule on the SM count, and torch's SM count on any card but an H100 SXM or H200",
     "waves rounded down": "waves_round_up: one block past a whole wave",
@@ -246,6 +256,21 @@ TASK = CudaTask(
         calls(
             "cudaDeviceGetAttribute|cudaGetDeviceProperties",
             "the SM count comes from the device (cudaDeviceGetAttribute), never from a constant",
+            entries="occupancy_report",
+        ),
+        # the lesson is the derivation: the kernel's own resources, then the four limits by hand. The
+        # runtime's and the driver's calculators (and cuda_occupancy.h's, where not inlined away) are
+        # what the grader checks against, so they may not be the answer
+        calls(
+            "cudaFuncGetAttributes|cudaFuncGetAttribute",
+            "blocks per SM come from the kernel's own resources: cudaFuncGetAttributes gives its registers"
+            " and static shared memory",
+            entries="occupancy_report",
+        ),
+        never_calls(
+            r"(?:.* )?(?:cudaOccupancy|cudaOcc|cuOccupancy)\w*(?:<.*)?(?:\(.*)?",
+            "derive blocks per SM from the resources, as the chapter's worked example does: the occupancy"
+            " calculator is the grader's check, not the answer",
             entries="occupancy_report",
         ),
     ],
