@@ -1,11 +1,14 @@
-// Lab 2 · Task 15 — Tensor cores: FP16 GEMM with FP32 accumulation through WMMA
+// Lab 2 · Task 15 — Tensor cores: FP16 GEMM with FP32 accumulation, WMMA then mma.sync
 //
-// Implement: the two rungs of the chapter's tensor-core ladder, each computing the whole product
-//            C = A @ B on the tensor cores with the WMMA API of <mma.h>: hgemm_wmma_naive_kernel
-//            (one warp per 16 x 16 tile of C, its fragments loaded straight from global memory)
-//            and hgemm_smem_kernel (a 128 x 128 tile of C per block of 8 warps, each warp 4 x 2
-//            accumulator fragments, the tiles of A and B staged through padded shared memory).
-//            The host code, which launches each rung, is given.
+// Implement: the three rungs of the chapter's tensor-core ladder, each computing the whole product
+//            C = A @ B on the tensor cores. Rungs 1 and 2 use the WMMA API of <mma.h>:
+//            hgemm_wmma_naive_kernel (one warp per 16 x 16 tile of C, its fragments loaded
+//            straight from global memory) and hgemm_smem_kernel (a 128 x 128 tile of C per block
+//            of 8 warps, each warp 4 x 2 accumulator fragments, the tiles of A and B staged
+//            through padded shared memory). Rung 3, hgemm_mma_kernel, drops to PTX (sm_80 and
+//            later): mma.sync m16n8k16 on fragments loaded with ldmatrix from XOR-swizzled
+//            shared memory, filled by a 4-stage cp.async pipeline. The PTX wrappers, the swizzle
+//            and the host code, which launches each rung, are given.
 // Contract:  A (M, K) and B (K, N) are DEVICE float16 (half) matrices, C (M, N) a DEVICE float32
 //            matrix, all row-major and contiguous, each starting on a 32-byte boundary (cudaMalloc
 //            and torch give 256). A and B are read-only; C is written and overlaps neither.
@@ -24,7 +27,9 @@
 #include <cuda_fp16.h>
 #include <mma.h>
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 
 using namespace nvcuda;
 
@@ -56,6 +61,23 @@ inline constexpr int CHUNK = 8;       // halves per 16-byte load (one uint4)
 }  // namespace r2
 static_assert(r2::BK % WK == 0 && r2::WTM % WM == 0 && r2::WTN % WN == 0, "whole WMMA tiles per step and per warp");
 
+namespace r3 {  // rung 3: rung 2's tiles, multiplied with mma.sync m16n8k16 and fed by a cp.async pipeline
+inline constexpr int BM = 128, BN = 128, BK = 32;
+inline constexpr int STAGES = 4;  // tiles of K in shared memory at once: 1 being multiplied, up to 3 in flight
+inline constexpr int WARPS_M = 2, WARPS_N = 4;
+inline constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N;  // one warp's tile of C: 64 x 32
+inline constexpr int MMA_M = 16, MMA_N = 8, MMA_K = 16;       // the shape of one mma.sync
+inline constexpr int MI = WTM / MMA_M, NI = WTN / MMA_N;      // 4 x 4 mma tiles of C per warp
+inline constexpr int KSTEPS = BK / MMA_K;                     // 2 slices of 16 along k per tile
+inline constexpr int THREADS = WARPS_M * WARPS_N * WARP;
+inline constexpr int CHUNK = 8;                               // halves per 16-byte copy (and ldmatrix row)
+inline constexpr int A_CPR = BK / CHUNK, B_CPR = BN / CHUNK;  // chunks per tile row: 4 of A, 16 of B
+inline constexpr int A_TILE = BM * BK, B_TILE = BK * BN;      // halves per stage: 8 KiB each, unpadded
+inline constexpr int SMEM_BYTES = STAGES * (A_TILE + B_TILE) * (int)sizeof(half);  // 64 KiB: past the 48 KiB default
+}  // namespace r3
+static_assert(r3::KSTEPS * r3::MMA_K == r3::BK && r3::NI % 2 == 0, "whole k slices; B's ldmatrix.x4 loads n8 tiles in pairs");
+static_assert(r3::BM * r3::A_CPR == 2 * r3::THREADS && r3::BK * r3::B_CPR == 2 * r3::THREADS, "two chunks of each tile per thread");
+
 // ---------------------------------------------------------------------------------------------
 // Given to every kernel.
 // ---------------------------------------------------------------------------------------------
@@ -66,6 +88,109 @@ template <int BM, int BN>
 __device__ __forceinline__ int2 tile_origin(int N) {
     const int tiles_n = (N + BN - 1) / BN;
     return make_int2((int)(blockIdx.x / tiles_n) * BM, (int)(blockIdx.x % tiles_n) * BN);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Given to rung 3: the swizzle and the PTX it needs. The instructions exist from sm_80 on
+// (ldmatrix from sm_75); for an older target these compile to nothing and hgemm_3 refuses to
+// launch (cudaErrorNotSupported).
+// ---------------------------------------------------------------------------------------------
+
+// Where chunk `chunk` (8 halves, 16 bytes) of row `row` of a shared tile with CPR chunks per row
+// lies, as an offset in halves from the tile's start. The tile is unpadded; what the swizzle
+// changes is which 16-byte slot of its row the chunk takes: its index XOR-ed with bits of the row.
+// Shared memory has 32 banks of 4 bytes, so a 128-byte line holds 8 slots, one per group of 4
+// banks. ldmatrix reads 8 rows of 16 bytes per phase (one 8 x 8 matrix) and is conflict-free when
+// those 8 rows sit in 8 different slots. Its rows are 8 consecutive rows of a tile, starting at a
+// multiple of 8, at the same logical chunk; likewise a warp's 32 cp.async writes fill whole lines.
+// - CPR >= 8 (B's tile: 16 chunks, 256 bytes per row): every row starts a new line, so without a
+//   swizzle the 8 rows fall on the same slot (8-way conflict); chunk ^ (row % 8) gives rows
+//   0..7 the slots c ^ 0 .. c ^ 7, all different.
+// - CPR < 8 (A's tile: 4 chunks, 64 bytes per row): a line holds 8 / CPR rows; slot =
+//   (row % (8 / CPR)) * CPR + chunk. Without a swizzle rows 0, 2, 4, 6 share a slot (4-way);
+//   chunk ^ ((row / (8 / CPR)) % CPR) separates them: A's rows 0..7 at chunk 0 get slots
+//   0, 4, 1, 5, 2, 6, 3, 7.
+// The XOR only permutes slots within a row, so a row's chunks stay inside it, and the writes and
+// the reads must both go through this function: a swizzle used on one side only reads the wrong
+// chunks (wrong values); a different but consistent one gives right values, maybe with conflicts.
+template <int CPR>
+__host__ __device__ constexpr int swizzle(int row, int chunk) {
+    static_assert(CPR >= 2 && (CPR & (CPR - 1)) == 0, "a power of two chunks per row");
+    if constexpr (CPR >= 8)
+        return (row * CPR + (chunk ^ (row & 7))) * 8;
+    else
+        return (row * CPR + (chunk ^ ((row / (8 / CPR)) & (CPR - 1)))) * 8;
+}
+static_assert(swizzle<4>(2, 0) == (2 * 4 + 1) * 8 && swizzle<16>(3, 9) == (3 * 16 + 10) * 8, "the worked examples");
+
+// cp.async.cg.shared.global: copies 16 bytes from global memory (gmem, 16-byte aligned) to shared
+// memory (smem, 16-byte aligned) without passing through registers and without waiting: the
+// copy lands later (see cp_async_wait). src_bytes is 16 or 0: with 0 nothing is read from gmem
+// and the 16 bytes at smem are zeroed (keep gmem a valid address anyway). .cg: cached in L2 only.
+__device__ __forceinline__ void cp_async_16(half* smem, const half* gmem, int src_bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes) : "memory");
+#endif
+}
+
+// Closes the group of this thread's cp.asyncs issued since the last commit (an empty group if
+// there were none: it still counts).
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Waits until at most N of this thread's committed groups are still in flight: all older groups
+// have landed in shared memory. Only the calling thread's copies: the other threads' become
+// visible after a __syncthreads() that every thread reaches after its own wait.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// ldmatrix.x4: the warp loads four 8 x 8 matrices of halves from shared memory. Lanes 8i .. 8i + 7
+// give the addresses of matrix i's 8 rows (16 bytes each, 16-byte aligned), and lane l receives
+// in r[i] the two halves at row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of matrix i: the
+// layout of mma.sync's A fragment (and, for a row-major tile of B^T, its B fragment).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const half* row) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+#endif
+}
+
+// ldmatrix.x4.trans: the same rows, each matrix transposed on the way: lane l receives the two
+// halves at rows 2 (l % 4) and 2 (l % 4) + 1 of column l / 4. From a tile stored k-major (B's
+// rows are k), that is mma.sync's B fragment: two values of consecutive k for one n.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const half* row) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+#endif
+}
+
+// d = a · b + d for one 16 x 8 tile of C, k = 16: A 16 x 16 (row-major fragment, four registers
+// of two halves), B 16 x 8 (the .col fragment, two registers), d four floats. With g = lane / 4
+// and t = lane % 4: a[0] = A[g][2t, 2t+1], a[1] = A[g+8][2t, 2t+1], a[2] = A[g][2t+8, 2t+9],
+// a[3] = A[g+8][2t+8, 2t+9]; b[0] = B[2t, 2t+1][g], b[1] = B[2t+8, 2t+9][g];
+// d[0], d[1] = D[g][2t, 2t+1], d[2], d[3] = D[g+8][2t, 2t+1]. Warp-collective: all 32 lanes.
+__device__ __forceinline__ void mma_m16n8k16(float* d, const uint32_t* a, const uint32_t* b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -88,8 +213,22 @@ __global__ void __launch_bounds__(r2::THREADS, 2) hgemm_smem_kernel(const half* 
     // TODO(lab2/15) end
 }
 
+// Rung 3 · mma.sync, ldmatrix, swizzled shared memory, a cp.async pipeline. r3::THREADS threads
+// per block, a 128 x 128 tile of C, r3::SMEM_BYTES of dynamic shared memory: STAGES tiles of A
+// (128 x 32 halves each) followed by STAGES tiles of B (32 x 128), every one laid out by swizzle.
+__global__ void __launch_bounds__(r3::THREADS, 2) hgemm_mma_kernel(const half* __restrict__ A,
+                                                                   const half* __restrict__ B,
+                                                                   float* __restrict__ C, int M, int N, int K) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    // No mma.sync m16n8k16 or cp.async before sm_80: an empty kernel, which hgemm_3 never launches.
+#else
+    // TODO(lab2/15) begin: prologue: copy the first STAGES - 1 tiles of K (A's 128 x 32 and B's 32 x 128, two 16-byte cp_async_16 chunks of each per thread, at the places swizzle gives, src_bytes 0 for a chunk past M, N or K) into stages 0 .. STAGES - 2, one cp_async_commit per tile (also when there is no tile left: an empty group keeps the count); then for each tile kt: cp_async_wait until tile kt's group has landed (how many younger groups may stay in flight?), __syncthreads, issue tile kt + STAGES - 1 into the stage tile kt - 1 used and commit, then per 16 of k load the warp's 4 A fragments (ldmatrix_x4) and 4 B fragments (2 x ldmatrix_x4_trans, B is k-major) and issue 16 mma_m16n8k16 into its 4 x 4 x 4 float accumulators (the next slice's fragments loaded before this slice's mmas); at the end store each lane's accumulators that lie inside C; see the chapter's tensor-core ladder, rung 3; about 60 lines; try 16x16x16, 48x48x80, 16x4096x16 and 1008x1024x992, and run the sanitizer (racecheck).
+    // TODO(lab2/15) end
+#endif
+}
+
 // ---------------------------------------------------------------------------------------------
-// The host side, shared by both rungs.
+// The host side, shared by the rungs.
 // ---------------------------------------------------------------------------------------------
 
 // Blocks for a grid of BM x BN tiles over C: fewer than 2^31 / 256 (C has fewer than 2^31
@@ -105,5 +244,36 @@ COURSE_API cudaError_t hgemm_1(const half* A, const half* B, float* C, int M, in
 
 COURSE_API cudaError_t hgemm_2(const half* A, const half* B, float* C, int M, int N, int K) {
     hgemm_smem_kernel<<<blocks_for(M, N, r2::BM, r2::BN), r2::THREADS>>>(A, B, C, M, N, K);
+    return cudaGetLastError();
+}
+
+// Whether rung 3 can run on the current device, and its opt-in to more than 48 KiB of dynamic
+// shared memory (a per-device attribute of the kernel). The kernel must have been compiled for
+// sm_80 or later (a build for an older architecture has only the empty kernel); that is read
+// from the kernel itself, so a binary JIT-compiled from older PTX is refused too.
+static cudaError_t rung3_setup() {
+    cudaFuncAttributes attr{};
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, hgemm_mma_kernel));
+    if (attr.ptxVersion < 80) return cudaErrorNotSupported;
+    return cudaFuncSetAttribute(hgemm_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, r3::SMEM_BYTES);
+}
+
+// rung3_setup once per device: its success is remembered, a failure is tried again next call.
+// Two threads may both run it the first time; setting the same attribute twice is harmless.
+static cudaError_t rung3_ready() {
+    constexpr int MAX_DEVICES = 64;
+    static std::atomic<bool> ready[MAX_DEVICES];  // static storage: all false at start
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    const bool tracked = dev >= 0 && dev < MAX_DEVICES;
+    if (tracked && ready[dev].load(std::memory_order_acquire)) return cudaSuccess;
+    CUDA_CHECK(rung3_setup());
+    if (tracked) ready[dev].store(true, std::memory_order_release);
+    return cudaSuccess;
+}
+
+COURSE_API cudaError_t hgemm_3(const half* A, const half* B, float* C, int M, int N, int K) {
+    CUDA_CHECK(rung3_ready());  // cudaErrorNotSupported before sm_80
+    hgemm_mma_kernel<<<blocks_for(M, N, r3::BM, r3::BN), r3::THREADS, r3::SMEM_BYTES>>>(A, B, C, M, N, K);
     return cudaGetLastError();
 }

@@ -225,8 +225,8 @@ def grade_lab(
         untimed = [(lab, batch, False, False, off) for batch in one_per_task(cpu)]
     else:
         untimed = [(lab, batch, False, False, off) for batch in broken.BATCHES]
-        if broken.SANITIZED:
-            untimed.append((lab, broken.SANITIZED, True, False, off))
+        # a grading run grades a task once: two races of one task (lab 2's task 15) take two runs
+        untimed += [(lab, batch, True, False, off) for batch in one_per_task(broken.SANITIZED)]
         if broken.HUGE and huge:
             untimed.append((lab, broken.HUGE, False, True, off))
         # they game only the timed calls: timing on, with benchmark timing as `make grade` scores

@@ -813,6 +813,72 @@ VARIANTS: dict[str, Variant] = {
         " (inside the grader's fence)",
         mistake="tile overhang",
     ),
+    # Task 15, rung 3 (mma.sync, ldmatrix, swizzle, cp.async pipeline). "wait_count_off_by_one",
+    # "chunks_past_k_copied" and "b_without_trans" each in a different BATCHES batch, none beside another
+    # variant of task 15; "refill_before_barrier" in SANITIZED (a race that the values rarely show), where
+    # it takes a grading run of its own beside "no_barrier_after_loads" (one variant of a task per run).
+    "15_tensor_core.wait_count_off_by_one": Variant(
+        "15_tensor_core.cu",
+        [
+            (
+                "        cp_async_wait<STAGES - 2>();\n",
+                "        cp_async_wait<STAGES - 1>();  // the STAGES - 1 tiles ahead may be in flight\n",
+            )
+        ],
+        {"wrong"},
+        "wrong",
+        "rung 3 waits until at most STAGES - 1 groups are in flight instead of STAGES - 2: tile kt + 1's group"
+        " counts as tile kt's. In the first iteration the prologue's 3 groups are all in flight and the wait"
+        " returns at once, so tile 0's fragments come from stale shared memory (every case; on large K later"
+        " tiles too, when their copies are slow)",
+        mistake="pipeline wait count",
+    ),
+    "15_tensor_core.chunks_past_k_copied": Variant(
+        "15_tensor_core.cu",
+        [("a_in ? 16 : 0", "16"), ("b_in ? 16 : 0", "16")],
+        {"wrong"},
+        "wrong",
+        "rung 3 keeps the source of a chunk outside A or B valid (the matrix's first chunk) but copies it with"
+        " src_bytes 16 instead of 0: the chunks past K hold A[0][0..7] and B[0][0..7] instead of zeros, and the"
+        " half tile at the end of K adds their products (16x16x16, K = 16, is the first case: half of its one"
+        " tile lies past K); rows past M and columns past N only reach C's discarded part",
+        mistake="zero fill",
+    ),
+    "15_tensor_core.b_without_trans": Variant(
+        "15_tensor_core.cu",
+        [("ldmatrix_x4_trans(&b[j][0],", "ldmatrix_x4(&b[j][0],")],
+        {"wrong"},
+        "wrong",
+        "rung 3 loads B's fragments with ldmatrix without .trans: from B's k-major tile each lane then holds two"
+        " values of one k for consecutive n, where mma's .col operand wants consecutive k for one n, so every"
+        " 8 x 8 block of B is used transposed (16x16x16 on)",
+        mistake="trans",
+    ),
+    "15_tensor_core.refill_before_barrier": Variant(
+        "15_tensor_core.cu",
+        [
+            (
+                "        cp_async_wait<STAGES - 2>();\n"
+                "        __syncthreads();\n"
+                "        if (kt + STAGES - 1 < tiles_k) load_tile(kt + STAGES - 1, (kt + STAGES - 1) % STAGES);\n"
+                "        cp_async_commit();  // one group per iteration, empty at the end, so the count above holds\n",
+                "        // the next tile first, so that its copies are in flight during the wait (which then\n"
+                "        // allows one more group: the count still guarantees tile kt)\n"
+                "        if (kt + STAGES - 1 < tiles_k) load_tile(kt + STAGES - 1, (kt + STAGES - 1) % STAGES);\n"
+                "        cp_async_commit();\n"
+                "        cp_async_wait<STAGES - 1>();\n"
+                "        __syncthreads();\n",
+            )
+        ],
+        {"sanitizer", "wrong"},
+        "",
+        "rung 3 issues the refill of stage (kt - 1) % STAGES before the barrier that ends every warp's reads of"
+        " tile kt - 1: a warp still loading that tile's fragments races with the new copies (write after read;"
+        " the wait count is adjusted, so every tile has landed when it is read). The copies land hundreds of"
+        " cycles after they are issued, so the values rarely show it: racecheck does, on 16x4096x16 and"
+        " 32x1104x112, the small cases that refill stages",
+        mistake="stage overwrite",
+    ),
     # --- task 16 (attention ladder). Batches: "16_attention.no_rescale", "16_attention.causal_sees_next"
     # and "16_attention.drops_last_tile" each in a different BATCHES batch (one variant of a task per
     # grading run); "16_attention.no_barrier_before_next_tile" in SANITIZED.
@@ -1339,23 +1405,26 @@ BATCHES = [
         "04_streams.graph_ignores_moved_buffers",
         "08_inline_ptx.index_ignores_threadidx_y",
         "13_softmax.online_strides_by_blockdim",
+        "15_tensor_core.wait_count_off_by_one",
     ],
     [
         "05_graph.bind_set_on_the_built_graph",
         "13_softmax.one_pass_variance",
         "02_divergence.branches_spelled_by_macros",
         "03_waves.calculator_as_the_answer",
+        "15_tensor_core.chunks_past_k_copied",
     ],
-    ["03_waves.registers_not_per_quarter"],
+    ["03_waves.registers_not_per_quarter", "15_tensor_core.b_without_trans"],
     ["03_waves.reserved_kilobyte_left_out"],
 ]
-# graded with compute-sanitizer as well (one run: one variant per task)
+# graded with compute-sanitizer as well (one run per variant of a task: task 15 has two races)
 SANITIZED = [
     "10_reduction.last_warp_race",
     "11_transpose.barrier_before_loads",
     "12_scan.hillis_steele_race",
     "14_sgemm.no_barrier_before_next_tile",
     "15_tensor_core.no_barrier_after_loads",
+    "15_tensor_core.refill_before_barrier",
     "16_attention.no_barrier_before_next_tile",
 ]
 # verdicts the build decides (the rules judge what was compiled): graded on a machine without a GPU too

@@ -1,7 +1,8 @@
 """Checks for lab2/15_tensor_core.cu: a small tensor-core ladder, C = A @ B with A and B in float16
-and C in float32 (FP32 accumulation), through the WMMA API: one warp per 16 x 16 tile of C with its
-fragments loaded from global memory, then 128 x 128 block tiles staged in shared memory. Timed
-against cuBLAS's half GEMM (through torch).
+and C in float32 (FP32 accumulation). Through the WMMA API: one warp per 16 x 16 tile of C with its
+fragments loaded from global memory, then 128 x 128 block tiles staged in shared memory; then
+through PTX (sm_80 and later): mma.sync m16n8k16 on ldmatrix fragments from XOR-swizzled shared
+memory, filled by a 4-stage cp.async pipeline. Timed against cuBLAS's half GEMM (through torch).
 
 The inputs. A (M, K) and B (K, N) are standard normal divided by 4, rounded to float16: |a| < 2 in
 practice, far from float16's overflow (65504), and the rounding happens before anything is
@@ -9,8 +10,14 @@ compared, so the float16 values are the inputs. The contract asks for M, N and K
 of 16 (the WMMA tile), so every case is. The shapes are written M x K x N. 16x16x16 is one fragment
 and one step of K; 16x4096x16 one fragment and 256 steps; 48x48x80 and 144x80x208 have no
 dimension that is a multiple of a block's tile (32 or 128), and K = 48 and 80 end in half a step of
-rung 2's BK = 32; 32x16x2064 is one row of 17 tiles of 128 columns; 1008x1024x992 has partial tiles
-on both sides at a size where caches no longer hide mistakes.
+rungs 2 and 3's BK = 32; 32x16x2064 is one row of 17 tiles of 128 columns; 1008x1024x992 has
+partial tiles on both sides at a size where caches no longer hide mistakes. For rung 3's pipeline
+(4 stages of BK = 32): 32x1104x112 has 35 tiles of K, the last one half, so each stage is filled
+8 or 9 times and the loop ends in the middle of a round (K is not a multiple of BK x STAGES = 128),
+with the prologue, the steady state and the empty commit groups at the end all exercised;
+16x4096x16 has 128 tiles. 304x48x464 has a last row and column of blocks that are partly inside C
+(48 of 128 rows: one warp's 64 rows only three of its four m16 tiles, the other warp row none;
+80 of 128 columns: one warp's 32 columns half inside), on a grid of 3 x 4 blocks.
 
 The tolerance. The reference is the float64 product of the float16 values: every product of two
 halves is exact in float64 (22 significant bits) and so is, to 1e-16, their sum, so what is left
@@ -40,6 +47,27 @@ by up to 2^-11 |C|, past 1e-3 for about a sixth of the elements of 16x4096x16 (t
 
 Rung 2's shared tiles are padded (rows of 40 and 136 halves): fragments loaded with the unpadded
 row length misread 15 of their 16 rows from 16x16x16 on.
+
+Rung 3. Its swizzle is checked by behaviour only: a swizzle applied on one side (the cp.async
+writes or the ldmatrix reads) but not the other, or two different ones, puts chunks where the
+reads do not look, wrong from 16x16x16 on; a different swizzle used consistently, or none, gives
+right values and only bank conflicts, a matter of speed that no check here judges. B's fragments
+need ldmatrix's .trans (mma's .col operand holds pairs of consecutive k for one n, B's rows are
+k): without it each 8 x 8 block of B is used transposed, wrong from 16x16x16 on. Waiting for
+STAGES - 1 groups instead of STAGES - 2 lets a tile be read before its copies have landed; tile 0
+always is (the wait returns at once with the prologue's 3 groups in flight), so every case is
+wrong. Chunks past K must be zeros in both tiles: the tail of K adds products of A's and B's
+chunks there, and a chunk copied from elsewhere (src_bytes 16 where 0 belongs) makes them real
+products, wrong in every case whose K is not a multiple of 32 (the first, 16x16x16, among them);
+one operand zero-filled is enough for the values, so a kernel that forgets it on one side only
+passes them, and only memcheck shows its reads past the matrix. A stage refilled before the
+barrier that ends every warp's reads of its previous tile is a race whose copies land hundreds of
+cycles after they are issued, mostly after the slow warp's last read: only racecheck finds it
+reliably (16x4096x16 and 32x1104x112 are small cases that refill stages). Below compute
+capability 8.0 the build of rung 3 is an empty kernel (and hgemm_3 returns cudaErrorNotSupported):
+the rules find no HMMA and no mma.sync in it, and their message says that rung 3 needs sm_80. The
+grader has no way to leave one entry of a task out by compute capability, so there the whole task
+is a rule violation.
 """
 
 from grader.tasks import (
@@ -55,7 +83,7 @@ from grader.tasks import (
     uses_syncthreads,
 )
 from grader.tasks.ladder import Ladder
-from grader.tasks.rules import uses_tensor_cores
+from grader.tasks.rules import uses_inline_ptx, uses_tensor_cores
 
 ARGS = [In("A", "f16"), In("B", "f16"), Out("C"), Int("M"), Int("N"), Int("K")]
 TIMING = "4096x4096x4096"
@@ -63,7 +91,8 @@ TIMING = "4096x4096x4096"
 
 def shape(m, k, n):
     """A case of shape M x K x N. The racecheck runs the small cases only: those up to 2^22
-    multiply-adds, which include rung 2 reloading its shared tiles (144x80x208: 3 steps of K)."""
+    multiply-adds, which include rung 2 reloading its shared tiles (144x80x208: 3 steps of K) and
+    rung 3 refilling its stages (16x4096x16 and 32x1104x112: 128 and 35 tiles of K in 4 stages)."""
     return Case(f"{m}x{k}x{n}", small=m * k * n <= 1 << 22, M=m, K=k, N=n)
 
 
@@ -105,7 +134,7 @@ def entry(symbol):
     return Entry(symbol, ARGS, reference=reference, baseline=cublas, flops=flops, flop_peak="tensor")
 
 
-RUNGS = ["hgemm_1", "hgemm_2"]
+RUNGS = ["hgemm_1", "hgemm_2", "hgemm_3"]
 
 # The mistakes these checks are designed to catch, each with the input or check that exposes it
 # (lab2/solutions/broken.py has a variant of each).
@@ -115,12 +144,19 @@ MISTAKES = {
     "layout": "16x16x16: a fragment declared col_major reads its block transposed",
     "tile overhang": "16x16x16 and 48x48x80: fragments outside C, behind the grader's fence",
     "leading dimension": "16x16x16 and every case of rung 2: fragments loaded with the unpadded row length",
+    "pipeline wait count": "every case from 16x16x16 on: cp_async_wait<STAGES - 1> returns with tile 0's copies "
+    "still in flight, and its fragments are loaded from stale shared memory",
+    "zero fill": "16x16x16 and every case whose K ends in half a tile of 32: chunks past K copied instead of zeroed "
+    "(src_bytes 16) add products of real values; reads past the matrix show under memcheck",
+    "trans": "16x16x16: B's fragments loaded without ldmatrix's .trans use each 8 x 8 block of B transposed",
+    "stage overwrite": "the sanitizer (racecheck) on 16x4096x16 and 32x1104x112: a stage refilled before the barrier "
+    "that ends every warp's reads of its previous tile",
 }
 
 TASK = CudaTask(
     lab="lab2",
     number="15",
-    title="tensor-core GEMM (WMMA)",
+    title="tensor-core GEMM (WMMA, mma.sync)",
     mistakes=MISTAKES,
     sources=["15_tensor_core.cu"],
     entries=[entry(s) for s in RUNGS],
@@ -132,6 +168,8 @@ TASK = CudaTask(
         shape(32, 16, 2064),
         shape(256, 256, 256),
         shape(1008, 1024, 992),
+        shape(32, 1104, 112),
+        shape(304, 48, 464),
         shape(4096, 4096, 4096),
     ],
     make_inputs=make_inputs,
@@ -142,16 +180,24 @@ TASK = CudaTask(
     rules=[
         NO_LIBRARIES,
         # the SASS of the kernels each rung reaches (and, on a GPU, launched) holds HMMA instructions
-        uses_tensor_cores("both rungs multiply on the tensor cores (wmma::mma_sync)"),
-        uses_shared_memory("rung 2 stages the tiles of A and B in shared memory", r"hgemm_smem_kernel"),
+        uses_tensor_cores("every rung multiplies on the tensor cores (wmma::mma_sync; rung 3's mma.sync needs sm_80+)"),
+        uses_shared_memory(
+            "rungs 2 and 3 stage the tiles of A and B in shared memory", r"hgemm_smem_kernel|hgemm_mma_kernel"
+        ),
         uses_syncthreads(
             "a shared tile must be complete before a warp loads fragments from it, and read by every warp "
             "before it is replaced",
-            r"hgemm_smem_kernel",
+            r"hgemm_smem_kernel|hgemm_mma_kernel",
         ),
+        # rung 3's lesson is the PTX itself: the instructions, in asm statements of the kernel it launches
+        uses_inline_ptx(
+            r"mma\.sync\.aligned\.m16n8k16", "rung 3 multiplies with mma.sync m16n8k16 (sm_80+)", "hgemm_3"
+        ),
+        uses_inline_ptx(r"ldmatrix\.sync\.aligned", "rung 3 loads its fragments with ldmatrix", "hgemm_3"),
+        uses_inline_ptx(r"cp\.async\.c[ag]\.shared\.global", "rung 3 fills its stages with cp.async", "hgemm_3"),
     ],
-    # Not a gate: no reference timing yet (see the chapter); the lead sets it from an H100 run.
-    perf=[PerfTarget("hgemm_2", "speedup", 0.25, 2, gate=False)],
+    # Not gates: no reference timing yet (see the chapter); the lead sets them from an H100 run.
+    perf=[PerfTarget("hgemm_2", "speedup", 0.25, 2, gate=False), PerfTarget("hgemm_3", "speedup", 0.5, 2, gate=False)],
     ladder=Ladder(
         name="hgemm",
         rungs=RUNGS,
@@ -161,6 +207,7 @@ TASK = CudaTask(
         labels={
             "hgemm_1": "1 WMMA, fragments from global memory",
             "hgemm_2": "2 WMMA, 128 × 128 tiles in padded shared memory",
+            "hgemm_3": "3 mma.sync + ldmatrix, swizzled shared memory, 4-stage cp.async",
         },
     ),
 )
