@@ -1069,7 +1069,12 @@ VARIANTS: dict[str, Variant] = {
             (
                 "round_up((long long)attr.sharedSizeBytes + reserved + (long long)dynamic_smem,\n",
                 "round_up((long long)attr.sharedSizeBytes + (long long)dynamic_smem,\n",
-            )
+            ),
+            # without the reserved bytes a kernel with no shared memory needs none: the student guards the division
+            (
+                "    fit = std::min(fit, smem_per_sm / smem);\n",
+                "    if (smem > 0) fit = std::min(fit, smem_per_sm / smem);\n",
+            ),
         ],
         {"wrong"},
         "occupancy calculator says",
