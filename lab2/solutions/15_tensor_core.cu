@@ -64,19 +64,23 @@ static_assert(r2::BK % WK == 0 && r2::WTM % WM == 0 && r2::WTN % WN == 0, "whole
 namespace r3 {  // rung 3: rung 2's tiles, multiplied with mma.sync m16n8k16 and fed by a cp.async pipeline
 inline constexpr int BM = 128, BN = 128, BK = 32;
 inline constexpr int STAGES = 4;  // tiles of K in shared memory at once: 1 being multiplied, up to 3 in flight
-inline constexpr int WARPS_M = 2, WARPS_N = 4;
-inline constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N;  // one warp's tile of C: 64 x 32
+// 4 warps, not rung 2's 8: a 64 x 64 warp tile loads 4 + 4 fragments per 16 of k for 32 mma.syncs,
+// where 64 x 32 loads 4 + 2 for 16 (measured on an H100 at 4096^3: 0.47x cuBLAS with 8 warps, 0.52x with 4)
+inline constexpr int WARPS_M = 2, WARPS_N = 2;
+inline constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N;  // one warp's tile of C: 64 x 64
 inline constexpr int MMA_M = 16, MMA_N = 8, MMA_K = 16;       // the shape of one mma.sync
-inline constexpr int MI = WTM / MMA_M, NI = WTN / MMA_N;      // 4 x 4 mma tiles of C per warp
+inline constexpr int MI = WTM / MMA_M, NI = WTN / MMA_N;      // 4 x 8 mma tiles of C per warp
 inline constexpr int KSTEPS = BK / MMA_K;                     // 2 slices of 16 along k per tile
 inline constexpr int THREADS = WARPS_M * WARPS_N * WARP;
 inline constexpr int CHUNK = 8;                               // halves per 16-byte copy (and ldmatrix row)
 inline constexpr int A_CPR = BK / CHUNK, B_CPR = BN / CHUNK;  // chunks per tile row: 4 of A, 16 of B
 inline constexpr int A_TILE = BM * BK, B_TILE = BK * BN;      // halves per stage: 8 KiB each, unpadded
+inline constexpr int A_ROWS = THREADS / A_CPR, B_ROWS = THREADS / B_CPR;  // rows one pass of the block copies: 32 of A, 8 of B
+inline constexpr int PASSES = BM / A_ROWS;                    // 4 chunks of each tile per thread
 inline constexpr int SMEM_BYTES = STAGES * (A_TILE + B_TILE) * (int)sizeof(half);  // 64 KiB: past the 48 KiB default
 }  // namespace r3
 static_assert(r3::KSTEPS * r3::MMA_K == r3::BK && r3::NI % 2 == 0, "whole k slices; B's ldmatrix.x4 loads n8 tiles in pairs");
-static_assert(r3::BM * r3::A_CPR == 2 * r3::THREADS && r3::BK * r3::B_CPR == 2 * r3::THREADS, "two chunks of each tile per thread");
+static_assert(r3::BM == r3::PASSES * r3::A_ROWS && r3::BK == r3::PASSES * r3::B_ROWS, "as many chunks of A as of B per thread");
 
 // ---------------------------------------------------------------------------------------------
 // Given to every kernel.
@@ -297,39 +301,39 @@ __global__ void __launch_bounds__(r3::THREADS, 2) hgemm_mma_kernel(const half* _
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     // No mma.sync m16n8k16 or cp.async before sm_80: an empty kernel, which hgemm_3 never launches.
 #else
-    // TODO(lab2/15) begin: prologue: copy the first STAGES - 1 tiles of K (A's 128 x 32 and B's 32 x 128, two 16-byte cp_async_16 chunks of each per thread, at the places swizzle gives, src_bytes 0 for a chunk past M, N or K) into stages 0 .. STAGES - 2, one cp_async_commit per tile (also when there is no tile left: an empty group keeps the count); then for each tile kt: cp_async_wait until tile kt's group has landed (how many younger groups may stay in flight?), __syncthreads, issue tile kt + STAGES - 1 into the stage tile kt - 1 used and commit, then per 16 of k load the warp's 4 A fragments (ldmatrix_x4) and 4 B fragments (2 x ldmatrix_x4_trans, B is k-major) and issue 16 mma_m16n8k16 into its 4 x 4 x 4 float accumulators (the next slice's fragments loaded before this slice's mmas); at the end store each lane's accumulators that lie inside C; see the chapter's tensor-core ladder, rung 3; about 60 lines; try 16x16x16, 48x48x80, 16x4096x16 and 1008x1024x992, and run the sanitizer (racecheck).
+    // TODO(lab2/15) begin: prologue: copy the first STAGES - 1 tiles of K (A's 128 x 32 and B's 32 x 128, four 16-byte cp_async_16 chunks of each per thread, at the places swizzle gives, src_bytes 0 for a chunk past M, N or K) into stages 0 .. STAGES - 2, one cp_async_commit per tile (also when there is no tile left: an empty group keeps the count); then for each tile kt: cp_async_wait until tile kt's group has landed (how many younger groups may stay in flight?), __syncthreads, issue tile kt + STAGES - 1 into the stage tile kt - 1 used and commit, then per 16 of k load the warp's 4 A fragments (ldmatrix_x4) and 8 B fragments (4 x ldmatrix_x4_trans, B is k-major) and issue 32 mma_m16n8k16 into its 4 x 8 x 4 float accumulators (the next slice's fragments loaded before this slice's mmas); at the end store each lane's accumulators that lie inside C; see the chapter's tensor-core ladder, rung 3; about 60 lines; try 16x16x16, 48x48x80, 16x4096x16 and 1008x1024x992, and run the sanitizer (racecheck).
     using namespace r3;
     extern __shared__ __align__(128) unsigned char smem_bytes[];
     half* const As = reinterpret_cast<half*>(smem_bytes);  // stage s: As + s * A_TILE, 128 rows of 4 chunks
     half* const Bs = As + STAGES * A_TILE;                  // stage s: Bs + s * B_TILE, 32 rows (k) of 16 chunks
     const int2 tile = tile_origin<BM, BN>(N);
     const int tid = threadIdx.x, warp = tid / WARP, lane = tid % WARP;
-    const int wrow = (warp / WARPS_N) * WTM, wcol = (warp % WARPS_N) * WTN;  // the warp's 64 x 32 in the tile
+    const int wrow = (warp / WARPS_N) * WTM, wcol = (warp % WARPS_N) * WTN;  // the warp's 64 x 64 in the tile
     const int tiles_k = (K + BK - 1) / BK;  // the last may be half a tile (K is a multiple of 16 only)
 
-    // Tile kt of K into stage s: 512 chunks of A and 512 of B, thread t takes chunks t and t + 256
-    // of each, row by row (4 consecutive threads per row of A, 16 per row of B: coalesced). So its
-    // chunks are A's rows a_i and a_i + 64 at chunk a_c, B's rows (k) b_k and b_k + 16 at chunk b_c;
-    // every place that does not depend on kt is worked out once, here. Rows 64 or 16 apart keep
-    // their swizzle (it reads row bits 0-2 only), so the second chunk is 64 (16) rows further.
+    // Tile kt of K into stage s: 512 chunks of A and 512 of B, PASSES = 4 of each per thread, row by
+    // row (4 consecutive threads per row of A, 16 per row of B: coalesced). Thread t's chunks are
+    // A's rows a_i + 32 p at chunk a_c and B's rows (k) b_k + 8 p at chunk b_c, p = 0 .. 3; every
+    // place that does not depend on kt is worked out once, here. Rows 32 or 8 apart keep their
+    // swizzle (it reads row bits 0-2 only), so pass p's chunk lands p * 32 (8) rows further.
     // K, N and every chunk's first column are multiples of 8: a chunk lies wholly inside its matrix
     // or wholly outside, where src_bytes = 0 stores zeros (they add nothing) and reads nothing.
     const int a_i = tid / A_CPR, a_c = tid % A_CPR, b_k = tid / B_CPR, b_c = tid % B_CPR;
     const int a_dst = swizzle<A_CPR>(a_i, a_c), b_dst = swizzle<B_CPR>(b_k, b_c);
     const int a_col = a_c * CHUNK, b_col = tile.y + b_c * CHUNK;  // at kt = 0
-    const bool a_in0 = tile.x + a_i < M, a_in1 = tile.x + a_i + 64 < M, b_in_n = b_col < N;
-    const half* const a_src = A + (size_t)min(tile.x + a_i, M - 1) * K + a_col;  // clamped: valid
+    const bool b_in_n = b_col < N;
+    const half* const a_src = A + (size_t)min(tile.x + a_i, M - 1) * K + a_col;  // clamped: valid (a row past M is past M in every pass)
     const half* const b_src = B + (size_t)b_k * N + min(b_col, N - CHUNK);
     auto load_tile = [&](int kt, int s) {
         const int k0 = kt * BK;
         half* const as = As + s * A_TILE;
         half* const bs = Bs + s * B_TILE;
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const bool a_in = (r == 0 ? a_in0 : a_in1) && k0 + a_col < K;
-            cp_async_16(as + a_dst + r * 64 * BK, a_in ? a_src + (size_t)r * 64 * K + k0 : A, a_in ? 16 : 0);
-            const bool b_in = b_in_n && k0 + b_k + r * 16 < K;
-            cp_async_16(bs + b_dst + r * 16 * BN, b_in ? b_src + (size_t)(k0 + r * 16) * N : B, b_in ? 16 : 0);
+        for (int p = 0; p < PASSES; ++p) {
+            const bool a_in = tile.x + a_i + p * A_ROWS < M && k0 + a_col < K;
+            cp_async_16(as + a_dst + p * A_ROWS * BK, a_in ? a_src + (size_t)p * A_ROWS * K + k0 : A, a_in ? 16 : 0);
+            const bool b_in = b_in_n && k0 + b_k + p * B_ROWS < K;
+            cp_async_16(bs + b_dst + p * B_ROWS * BN, b_in ? b_src + (size_t)(k0 + p * B_ROWS) * N : B, b_in ? 16 : 0);
         }
     };
 

@@ -197,7 +197,7 @@ TASK = CudaTask(
         uses_inline_ptx(r"cp\.async\.c[ag]\.shared\.global", "rung 3 fills its stages with cp.async", "hgemm_3"),
     ],
     # Not gates: no reference timing yet (see the chapter); the lead sets them from an H100 run.
-    perf=[PerfTarget("hgemm_2", "speedup", 0.25, 2, gate=False), PerfTarget("hgemm_3", "speedup", 0.5, 2, gate=False)],
+    perf=[PerfTarget("hgemm_2", "speedup", 0.25, 2, gate=False), PerfTarget("hgemm_3", "speedup", 0.45, 2, gate=False)],
     ladder=Ladder(
         name="hgemm",
         rungs=RUNGS,
