@@ -25,7 +25,7 @@ export PYTEST_DISABLE_PLUGIN_AUTOLOAD := 1
 GRADE_OPTS := -q --no-header -p no:cacheprovider -rfEs $(if $(TASK),--task=$(TASK)) $(if $(SOLUTIONS),--solutions) $(ARGS)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup doctor train-lab3 generate bench-lab5 check verify grade grade-submission gradebook grade-class bench-grader skeletons release lint clean
+.PHONY: help setup doctor train-lab3 generate bench-lab4 bench-lab5 check verify grade grade-submission gradebook grade-class bench-grader skeletons release lint clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_%-]+:.*## / {name = $$1; sub(/%/, "N", name); printf "  %-16s %s\n", name, $$2}' $(MAKEFILE_LIST)
@@ -54,7 +54,10 @@ test-lab%: $(STAMP) ## grade one lab: make test-lab1 (one task: TASK=03)
 sanitize-lab%: $(STAMP) ## run a lab under compute-sanitizer memcheck and racecheck (small sizes)
 	$(call grade_lab,lab$*,--sanitize)
 
-# lab 5's benchmark is the kernels' timings, then the whole model's (an explicit rule beats bench-lab%)
+# labs 4 and 5 time their kernels, then what they build from them (explicit rules beat bench-lab%)
+bench-lab4: $(STAMP) ## lab 4 (GPU): the kernels' timings, then one CUDA graph per run against launches (chapter 7's table)
+	$(PY) -m grader bench lab4 $(if $(TASK),--task $(TASK)) $(if $(SOLUTIONS),--solutions)
+	$(PY) lab4/bench_graph.py $(if $(SOLUTIONS),--solutions --write-readme) $(ARGS)
 bench-lab5: $(STAMP) ## lab 5 (GPU): the kernels' timings, then decode against the memory roofline and transformers
 	$(PY) -m grader bench lab5 $(if $(TASK),--task $(TASK)) $(if $(SOLUTIONS),--solutions)
 	$(PY) lab5/bench_llama.py $(if $(SOLUTIONS),--solutions --write-readme) $(ARGS)

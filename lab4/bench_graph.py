@@ -1,15 +1,17 @@
 """Per-run time of a 200-node model on kiln's CUDA executor: one CUDA graph per run against eager.
 
-    python lab4/bench_graph.py               # your kiln (tasks 01 and 03-07 done)
-    python lab4/bench_graph.py --solutions   # the reference solutions
+    python lab4/bench_graph.py                               # your kiln (tasks 01 and 03-07 done)
+    python lab4/bench_graph.py --solutions --write-readme    # the reference; rewrites the chapter's table
 
 The models: the MLP of the chapter's section 1 (7 launches), chains of 100 and 1000 small adds,
 and a chain of 200 pointwise nodes (mul, add, silu, relu + a skip) on small (4, 64) float32
 tensors. Every kernel finishes in a few microseconds, so a run's time is almost all launch
 overhead, which is what the CUDA graph removes. Each executor is run WARMUP times, then RUNS
 times, each run timed alone (torch.cuda.synchronize before and after) and the median kept. It
-prints the chapter's table (section 7, "What it saves, measured") and, last, the line the
-chapter quotes for the 200-node chain. Timing is not graded (tasks 06-07 check results only).
+prints the chapter's table (section 7, "What it saves, measured"), with a caption naming the card,
+driver and torch; --write-readme puts both between the chapter's `<!-- bench-lab4:begin -->` and
+`<!-- bench-lab4:end -->` markers (`make bench-lab4 SOLUTIONS=1` does). Timing is not graded
+(tasks 06-07 check results only).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 LAB = Path(__file__).resolve().parent
+README = LAB / "README.md"
+BEGIN, END = "<!-- bench-lab4:begin -->", "<!-- bench-lab4:end -->"
 NODES = 200
 SHAPE = (4, 64)
 WARMUP = 20
@@ -75,9 +79,20 @@ def measure(graph) -> tuple[int, float, float]:
     return len(eager.launches), median_us(lambda: eager.run(inputs)), median_us(lambda: captured.run(inputs))
 
 
+def write_readme(text: str) -> None:
+    """Replaces the chapter's generated block with `text`."""
+    readme = README.read_text(encoding="utf-8")
+    if BEGIN not in readme or END not in readme or readme.index(BEGIN) > readme.index(END):
+        sys.exit(f"{README}: no {BEGIN} ... {END} block to replace")
+    head, rest = readme.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    README.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}", encoding="utf-8")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--solutions", action="store_true", help="time the reference solutions")
+    parser.add_argument("--write-readme", action="store_true", help="write the table into lab4/README.md")
     args = parser.parse_args()
     sys.path.insert(0, str(LAB.parent))  # the grader: it stages the packages and builds the kernels
     from grader.staging import use_packages
@@ -91,24 +106,42 @@ def main() -> None:
 
     name = torch.cuda.get_device_name()
     models = [
-        ("the MLP of section 1", mlp_graph()),
+        ("the MLP of [§1](#1-the-ir-a-graph-you-can-print), as written", mlp_graph()),
         ("a chain of 100 small `add`s", adds(100, SHAPE)),
-        (f"a chain of {NODES} small pointwise nodes", chain(NODES, SHAPE)),
+        (
+            f"a chain of {NODES} small pointwise nodes (`*`, `+`, `silu`, `relu` and skips;"
+            f" {SHAPE[0]} × {SHAPE[1]} float32)",
+            chain(NODES, SHAPE),
+        ),
         ("a chain of 1000 small `add`s", adds(1000, SHAPE)),
     ]
-    print(f"{name}: per run, inputs in and outputs out included, median of {RUNS} runs")
-    print("| graph | launches per run | launches, time per run | one graph, time per run | speed-up |")
-    print("| --- | --- | --- | --- | --- |")
-    quote = ""
+    lines = [
+        "| graph | launches per run | launches, time per run | one graph, time per run | speed-up |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for label, graph in models:
         launches, t_eager, t_graph = measure(graph)
-        print(f"| {label} | {launches} | {t_eager:.1f} µs | {t_graph:.1f} µs | {t_eager / t_graph:.1f}x |")
-        if label.startswith(f"a chain of {NODES} "):
-            quote = (
-                f"per-run time, {launches} nodes, graph vs eager: {t_graph:.1f} us vs {t_eager:.1f} us"
-                f" ({t_eager / t_graph:.1f}x faster) on {name}"
-            )
-    print(quote)
+        lines.append(f"| {label} | {launches} | {t_eager:.1f} µs | {t_graph:.1f} µs | {t_eager / t_graph:.1f}× |")
+        print(lines[-1], flush=True)
+    driver = _driver()
+    caption = (
+        f"*{name}, driver {driver}, torch {torch.__version__.split('+')[0]}: `python lab4/bench_graph.py"
+        f"{' --solutions' if args.solutions else ''}`, {'the reference solutions' if args.solutions else 'your kiln'},"
+        f" median of {RUNS} runs each. Written by `make bench-lab4 SOLUTIONS=1`: do not edit by hand.*"
+    )
+    text = "\n".join([*lines, "", caption])
+    print(f"\n{text}")
+    if args.write_readme:
+        write_readme(text)
+        print(f"wrote the table into {README.relative_to(LAB.parent)}")
+
+
+def _driver() -> str:
+    """The NVIDIA driver's version as nvidia-smi gives it, for the caption beside the card."""
+    from grader.toolchain import gpus
+
+    found = gpus()
+    return found[0].driver if found else "unknown"
 
 
 if __name__ == "__main__":
