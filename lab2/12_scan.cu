@@ -9,10 +9,11 @@
 //            double-buffered, one element per thread), scan_blelloch_kernel (rung 2: the
 //            work-efficient up-sweep and down-sweep, two elements per thread) and
 //            add_block_offsets_kernel; the host code that chains the phases is given.
-//            Rung 3 reads and writes every element once, in one kernel: tile_scan (16 elements
+//            Rung 3 reads and writes every element once, in one kernel: tile_scan (32 elements
 //            per thread in registers, warp shuffles, the warps' totals), look_back (the sum of
 //            all tiles before this one, from what earlier blocks published) and the body of
-//            scan_single_pass_kernel. Its host code and the publish/wait helpers are given.
+//            scan_single_pass_kernel. Its host code, the tile loads and stores and the
+//            publish/wait helpers are given.
 // Contract:  in is a DEVICE float32 array of n elements (read-only; 4-byte aligned, not
 //            necessarily 16-byte aligned), out a DEVICE float32 array of n elements that does
 //            not overlap in. 1 <= n < 2^32. On return (after synchronization)
@@ -143,25 +144,31 @@ static cudaError_t scan_three_phase(const Rung& rung, const float* in, float* ou
 }
 
 // ---------------------------------------------------------------------------------------------
-// Rung 3: one pass. Each block scans a tile of 8192 elements, learns the sum of all the tiles
+// Rung 3: one pass. Each block scans a tile of 4096 elements, learns the sum of all the tiles
 // before it from what the earlier blocks published (decoupled look-back), and writes its tile.
 // ---------------------------------------------------------------------------------------------
 
-constexpr int SP_THREADS = 512;
-constexpr int ITEMS = 16;                 // consecutive elements per thread, scanned in registers
-constexpr int TILE = SP_THREADS * ITEMS;  // 8192 elements per block
+constexpr int SP_THREADS = 128;
+constexpr int ITEMS = 32;                 // consecutive elements per thread, scanned in registers
+constexpr int TILE = SP_THREADS * ITEMS;  // 4096 elements per block
 constexpr int SP_WARPS = SP_THREADS / WARP;
+// Blocks per SM the compiler must leave room for: it caps registers at 65536 / (8 * 128) = 64 a
+// thread. A block waits in its look-back with its loads done; the SM's other blocks keep the
+// memory busy meanwhile, so more of them at once made the rung faster (see the chapter).
+constexpr int SP_MIN_BLOCKS = 8;
 
-// What each tile publishes for the tiles after it, in one call. flag[t] is 2 * epoch once
-// aggregate[t] (the sum of tile t's own elements) is written, 2 * epoch + 1 once inclusive[t] (the
-// sum of every element up to the end of tile t) is. epoch counts the calls, so a flag left by an
-// earlier call reads as "nothing yet" and the flags never need clearing. The sums of whole tiles
-// are kept in float64: see the chapter for why (error, and run-to-run reproducibility).
+// What tile t publishes for the tiles after it, in one 16-byte word: its state and a value.
+// state 2 * epoch: value is the tile's own total (its aggregate); 2 * epoch + 1: value is the sum
+// of every element up to the end of the tile (its inclusive prefix). epoch counts the calls, so a
+// descriptor left by an earlier call reads as "nothing yet" and they never need clearing. Sums of
+// whole tiles are kept in float64: see the chapter for why (error, and run-to-run reproducibility).
+struct __align__(16) TileDescriptor {
+    unsigned long long state;
+    double value;
+};
 struct TileStatus {
-    unsigned* ticket;   // the next tile to hand out
-    unsigned* flag;     // (tiles,)
-    float* aggregate;   // (tiles,)
-    double* inclusive;  // (tiles,)
+    unsigned* ticket;        // the next tile to hand out
+    TileDescriptor* tiles;   // (tiles,)
 };
 
 // Hands out tiles in the order blocks start (0, 1, 2, ...), whatever their blockIdx. A block then
@@ -179,38 +186,84 @@ __device__ unsigned draw_tile(TileStatus status) {
     return tile;
 }
 
-// Writes a value, then the flag that announces it. The fence orders the two for every other
-// block: one that reads the flag and then fences (wait_for_flag) sees the value too. volatile
-// makes every access a real one, to L2, never a stale copy in a register or in L1.
-template <typename T>
-__device__ __forceinline__ void publish(T* slot, T value, unsigned* flag, unsigned state) {
-    *(volatile T*)slot = value;
-    __threadfence();
-    *(volatile unsigned*)flag = state;
+// Publishes state and value with ONE 16-byte store, and reads them with one 16-byte load: a
+// reader that sees the state sees the value written with it, so neither side needs a fence, and
+// a waiting lane pays one trip to L2 per look, not two (the flag, then the value behind a fence).
+// volatile: every access goes to L2, never a stale copy in L1 or a register. The hardware
+// performs an aligned 16-byte access by one thread as one transaction; CUB's single-pass scan
+// relies on the same for its 16-byte descriptors (the PTX memory model itself promises
+// indivisibility only per 8-byte element).
+__device__ __forceinline__ void publish(TileDescriptor* d, unsigned long long state, double value) {
+    asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(d), "l"(state), "l"(__double_as_longlong(value))
+                 : "memory");
 }
 
-// Spins until the tile behind `flag` has published something in this call (state 2 * epoch or
-// 2 * epoch + 1) and returns that state. Each waiting lane runs this on its own.
-__device__ __forceinline__ unsigned wait_for_flag(const unsigned* flag, unsigned epoch) {
-    unsigned state;
+__device__ __forceinline__ TileDescriptor read_descriptor(const TileDescriptor* d) {
+    unsigned long long state, bits;
+    asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(state), "=l"(bits) : "l"(d) : "memory");
+    return TileDescriptor{state, __longlong_as_double(bits)};
+}
+
+// Spins until tile d has published something in this call and returns what it published. Each
+// waiting lane runs this on its own.
+__device__ __forceinline__ TileDescriptor wait_for_tile(const TileDescriptor* d, unsigned epoch) {
+    TileDescriptor seen;
     do {
-        state = *(const volatile unsigned*)flag;
-    } while (state / 2 != epoch);
-    __threadfence();
-    return state;
+        seen = read_descriptor(d);
+    } while (seen.state / 2 != epoch);
+    return seen;
 }
 
-template <typename T>
-__device__ __forceinline__ T read_published(const T* slot) {
-    return *(const volatile T*)slot;
+// Loads the tile's `valid` elements (the rest as 0) into stage, coalesced: at step k the block
+// reads consecutive elements. With `in` 16-byte aligned and the tile full, as float4s (a quarter
+// of the load instructions); otherwise one float at a time. stage is padded (see padded()).
+__device__ __forceinline__ void load_tile(const float* __restrict__ in, unsigned valid, bool vec,
+                                          float (&stage)[TILE + TILE / WARP]) {
+    const unsigned t = threadIdx.x;
+    if (vec && valid == TILE) {
+#pragma unroll
+        for (int k = 0; k < ITEMS / 4; ++k) {
+            const unsigned j = k * SP_THREADS + t, i = 4 * j;
+            const float4 x = reinterpret_cast<const float4*>(in)[j];
+            stage[padded(i)] = x.x;  // four words in a row: i is a multiple of 4, so no padding between them
+            stage[padded(i) + 1] = x.y;
+            stage[padded(i) + 2] = x.z;
+            stage[padded(i) + 3] = x.w;
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < ITEMS; ++k) {
+            const unsigned i = k * SP_THREADS + t;
+            stage[padded(i)] = i < valid ? in[i] : 0.0f;
+        }
+    }
 }
 
-// The tile starts at `in` and has `valid` elements (1..TILE; the rest count as 0). On return
-// v[k] is the inclusive prefix, within the tile, of tile element threadIdx.x * ITEMS + k, and the
-// function returns the tile's total to every thread. stage and warp_totals are shared memory.
-__device__ float tile_scan(const float* __restrict__ in, unsigned valid, float (&v)[ITEMS],
-                           float (&stage)[TILE + TILE / WARP], float (&warp_totals)[SP_WARPS]) {
-    // TODO(lab2/12) begin: load the tile coalesced (at step k the block reads SP_THREADS consecutive floats) into stage, then give each thread its ITEMS consecutive elements in v (padded() keeps those reads free of bank conflicts); scan them sequentially in registers; scan the 32 thread totals of each warp with __shfl_up_sync; combine the warps' totals through warp_totals (one barrier); add to every v[k] what comes before the thread in the tile; return the tile's total; see the chapter's scan ladder, rung 3; about 40 lines; try n = 1, 16, 17, 8192 and 8193.
+// The mirror of load_tile: writes the tile's `valid` elements of stage to out, coalesced.
+__device__ __forceinline__ void store_tile(float* __restrict__ out, unsigned valid, bool vec,
+                                           const float (&stage)[TILE + TILE / WARP]) {
+    const unsigned t = threadIdx.x;
+    if (vec && valid == TILE) {
+#pragma unroll
+        for (int k = 0; k < ITEMS / 4; ++k) {
+            const unsigned j = k * SP_THREADS + t, i = 4 * j;
+            reinterpret_cast<float4*>(out)[j] =
+                make_float4(stage[padded(i)], stage[padded(i) + 1], stage[padded(i) + 2], stage[padded(i) + 3]);
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < ITEMS; ++k) {
+            const unsigned i = k * SP_THREADS + t;
+            if (i < valid) out[i] = stage[padded(i)];
+        }
+    }
+}
+
+// The tile is in stage (load_tile), `valid` elements (1..TILE; the rest are 0). On return v[k] is
+// the inclusive prefix, within the tile, of tile element threadIdx.x * ITEMS + k, and the function
+// returns the tile's total to every thread. warp_totals is shared memory.
+__device__ float tile_scan(float (&v)[ITEMS], const float (&stage)[TILE + TILE / WARP], float (&warp_totals)[SP_WARPS]) {
+    // TODO(lab2/12) begin: give each thread its ITEMS consecutive elements of stage in v (padded() keeps those reads free of bank conflicts); scan them sequentially in registers; scan the 32 thread totals of each warp with __shfl_up_sync; combine the warps' totals through warp_totals (one barrier); add to every v[k] what comes before the thread in the tile; return the tile's total; see the chapter's scan ladder, rung 3; about 30 lines; try n = 1, 32, 33, 4096 and 4097.
     return 0.0f;  //~
     // TODO(lab2/12) end
 }
@@ -219,36 +272,35 @@ __device__ float tile_scan(const float* __restrict__ in, unsigned valid, float (
 // Publishes it for the tiles after this one, gathers the totals of the tiles before it, publishes
 // this tile's inclusive prefix and returns the sum of every element before the tile (0 for tile 0).
 __device__ double look_back(TileStatus status, unsigned tile, float aggregate, unsigned epoch) {
-    // TODO(lab2/12) begin: tile 0 publishes its inclusive prefix at once; any other tile publishes its aggregate, then looks at the 32 tiles before it at a time (lane k at tile - 1 - k, waiting for each to publish), adds in float64 the values up to and including the nearest tile that has published an inclusive prefix (__ballot_sync finds it, a warp reduction adds), moves 32 tiles further back if none has, and finally publishes aggregate + that sum as its own inclusive prefix; see the chapter's scan ladder, rung 3 (decoupled look-back); about 30 lines; try n = 4097, 2^20 + 3 and 2^24.
+    // TODO(lab2/12) begin: tile 0 publishes its inclusive prefix at once; any other tile publishes its aggregate, then looks at the 32 tiles before it at a time (lane k at tile - 1 - k, waiting for each to publish), adds in float64 the values up to and including the nearest tile that has published an inclusive prefix (__ballot_sync finds it, a warp reduction adds), moves 32 tiles further back if none has, and finally publishes aggregate + that sum as its own inclusive prefix; see the chapter's scan ladder, rung 3 (decoupled look-back); about 25 lines; try n = 4097, 2^20 + 3 and 2^24.
     return 0.0;  //~
     // TODO(lab2/12) end
 }
 
-__global__ void __launch_bounds__(SP_THREADS)
+__global__ void __launch_bounds__(SP_THREADS, SP_MIN_BLOCKS)
     scan_single_pass_kernel(const float* __restrict__ in, float* __restrict__ out, size_t count,
-                            TileStatus status, unsigned epoch) {
-    // TODO(lab2/12) begin: draw a tile (draw_tile), scan it (tile_scan), let the first warp find the sum of everything before it (look_back) and share it with the block through shared memory, then write the tile's results coalesced: back through stage in the order they were loaded; only the tile's valid elements (the last tile may be partial); see the chapter's scan ladder, rung 3; about 25 lines; try n = 1, 4097 and 2^20 + 3.
+                            TileStatus status, unsigned epoch, bool vec) {
+    // TODO(lab2/12) begin: draw a tile (draw_tile), load it (load_tile), barrier, scan it (tile_scan), let the first warp find the sum of everything before it (look_back) and share it with the block through shared memory, then write the tile's results back through stage (add the prefix to v, store v into stage where each thread read it, barrier, store_tile); only the tile's valid elements (the last tile may be partial); see the chapter's scan ladder, rung 3; about 20 lines; try n = 1, 4097 and 2^20 + 3.
     // TODO(lab2/12) end
 }
 
-static Scratch tile_statuses;  // rung 3 only: the partial sums of rungs 1 and 2 would read as flags
+static Scratch tile_statuses;  // rung 3 only: the partial sums of rungs 1 and 2 would read as descriptors
 
 static cudaError_t scan_single_pass(const float* in, float* out, size_t n) {
-    static unsigned epoch = 0;  // counts the calls (2^31 of them before the flags would wrap)
+    static unsigned epoch = 0;  // counts the calls (2^31 of them before the states would wrap)
     const size_t tiles = (n + TILE - 1) / TILE;
-    // ticket | flag (tiles,) | aggregate (tiles,) | inclusive (tiles,), each 256-byte aligned
-    const size_t slots = (tiles + 63) / 64 * 64;
-    const size_t flag_at = 256, aggregate_at = flag_at + 4 * slots, inclusive_at = aggregate_at + 4 * slots;
+    // ticket | descriptors (tiles,), 256-byte aligned
     void* buffer = nullptr;
-    CUDA_CHECK(reserve(tile_statuses, inclusive_at + 8 * slots, &buffer));
+    CUDA_CHECK(reserve(tile_statuses, 256 + sizeof(TileDescriptor) * tiles, &buffer));
     char* bytes = static_cast<char*>(buffer);
     TileStatus status;
     status.ticket = reinterpret_cast<unsigned*>(bytes);
-    status.flag = reinterpret_cast<unsigned*>(bytes + flag_at);
-    status.aggregate = reinterpret_cast<float*>(bytes + aggregate_at);
-    status.inclusive = reinterpret_cast<double*>(bytes + inclusive_at);
+    status.tiles = reinterpret_cast<TileDescriptor*>(bytes + 256);
     ++epoch;
-    scan_single_pass_kernel<<<(unsigned)tiles, SP_THREADS>>>(in, out, n, status, epoch);
+    // float4 loads and stores where both arrays start on 16 bytes (every tile then does: TILE is a
+    // multiple of 4); a view that starts one float in takes the scalar path
+    const bool vec = reinterpret_cast<uintptr_t>(in) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
+    scan_single_pass_kernel<<<(unsigned)tiles, SP_THREADS>>>(in, out, n, status, epoch, vec);
     return cudaGetLastError();
 }
 

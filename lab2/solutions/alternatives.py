@@ -48,10 +48,10 @@ ALTERNATIVES: dict[str, Alternative] = {
         [("constexpr int BLOCK_ROWS = 8;", "constexpr int BLOCK_ROWS = 16;  // 2 elements per thread")],
         "the tiled rungs run 32 x 16 threads per tile, two elements each, instead of 32 x 8",
     ),
-    "12_scan.eight_items": Alternative(
+    "12_scan.sixteen_items": Alternative(
         "12_scan.cu",
-        [("constexpr int ITEMS = 16;", "constexpr int ITEMS = 8;  // tiles of 4096")],
-        "the single-pass scan keeps 8 elements per thread (tiles of 4096) instead of 16",
+        [("constexpr int ITEMS = 32;", "constexpr int ITEMS = 16;  // tiles of 2048")],
+        "the single-pass scan keeps 16 elements per thread (tiles of 2048) instead of 32",
     ),
     "13_softmax.smaller_blocks": Alternative(
         "13_softmax.cu",

@@ -1208,6 +1208,31 @@ VARIANTS: dict[str, Variant] = {
         " it stores tile rows that were never loaded",
         mistake="tile not transposed",
     ),
+    "12_scan.look_back_stops_at_nearest": Variant(
+        "12_scan.cu",
+        [
+            (
+                "        const unsigned found = __ballot_sync(0xffffffffu, inclusive);\n",
+                "        const unsigned found = __ballot_sync(0xffffffffu, true);  // the nearest tile is enough\n",
+            )
+        ],
+        {"wrong"},
+        "wrong",
+        "rung 3's look-back stops at the nearest tile whatever it published: when that tile has published only"
+        " its own total (its look-back still running), the prefix misses every tile before it. Right when each"
+        " predecessor happened to be done; with hundreds of tiles in flight (n = 2^20 + 3 on) many are not",
+        mistake="look-back stops early",
+    ),
+    "12_scan.look_back_adds_past_the_prefix": Variant(
+        "12_scan.cu",
+        [("        if (found != 0 && (int)lane > __ffs(found) - 1) value = 0.0;\n", "")],
+        {"wrong"},
+        "wrong",
+        "rung 3's look-back adds all 32 values of its window even when a nearer tile has published its inclusive"
+        " prefix, which already contains the tiles beyond it: those are counted twice (from tile 2 on, as soon"
+        " as two tiles of a window have published prefixes)",
+        mistake="look-back past the prefix",
+    ),
     "12_scan.offsets_to_first_blockdim_only": Variant(
         "12_scan.cu",
         [
@@ -1419,8 +1444,8 @@ BATCHES = [
         "03_waves.calculator_as_the_answer",
         "15_tensor_core.chunks_past_k_copied",
     ],
-    ["03_waves.registers_not_per_quarter", "15_tensor_core.b_without_trans"],
-    ["03_waves.reserved_kilobyte_left_out"],
+    ["03_waves.registers_not_per_quarter", "15_tensor_core.b_without_trans", "12_scan.look_back_stops_at_nearest"],
+    ["03_waves.reserved_kilobyte_left_out", "12_scan.look_back_adds_past_the_prefix"],
 ]
 # graded with compute-sanitizer as well (one run per variant of a task: task 15 has two races)
 SANITIZED = [
