@@ -123,9 +123,12 @@ def main() -> None:
         launches, t_eager, t_graph = measure(graph)
         lines.append(f"| {label} | {launches} | {t_eager:.1f} µs | {t_graph:.1f} µs | {t_eager / t_graph:.1f}× |")
         print(lines[-1], flush=True)
+    from grader.toolchain import nvcc_version
+
     driver = _driver()
     caption = (
-        f"*{name}, driver {driver}, torch {torch.__version__.split('+')[0]}: `python lab4/bench_graph.py"
+        f"*{name}, driver {driver}, CUDA toolkit {nvcc_version()}, torch {torch.__version__.split('+')[0]}:"
+        f" `python lab4/bench_graph.py"
         f"{' --solutions' if args.solutions else ''}`, {'the reference solutions' if args.solutions else 'your kiln'},"
         f" median of {RUNS} runs each. Written by `make bench-lab4 SOLUTIONS=1`: do not edit by hand.*"
     )

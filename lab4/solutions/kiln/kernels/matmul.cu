@@ -33,7 +33,8 @@ __global__ void __launch_bounds__(THREADS)
                   int64_t m, int64_t n, int64_t k, int64_t a_batch_stride, int64_t b_batch_stride) {
     // A's tile is stored transposed (As[kk][row]), so that the TM rows a thread needs at step kk are
     // contiguous: one float4 read. The +4 pads a row of As so that the 16 consecutive k's one warp
-    // stores land in different banks (a 2-way conflict instead of 16-way), keeping 16-byte alignment.
+    // stores spread over 8 banks, two to a bank (a 2-way conflict instead of 16-way), keeping 16-byte
+    // alignment.
     __shared__ __align__(16) float As[BK][BM + 4];
     __shared__ __align__(16) float Bs[BK][BN];
     // TODO(lab4/04) begin: for every (matrix, row tile, column tile) this block owns, clear a TM x TN accumulator, then step along k by BK: load A's BM x BK and B's BK x BN tiles into shared memory (coalesced, zero past m, n and k: the last partial step too), wait, add the BK rank-1 updates from registers, wait again; finally store the TM x TN results that lie inside c; see the chapter's section "The tiled matmul"; about 50 lines; try 1x1x1, 33x17x65 and 65x129x31 (m x k x n).
