@@ -90,6 +90,37 @@ def has_gpu() -> bool:
     return bool(gpus())
 
 
+def visible_gpu_count() -> int:
+    """How many GPUs a process started from here can use: those nvidia-smi lists (it ignores
+    CUDA_VISIBLE_DEVICES), narrowed by CUDA_VISIBLE_DEVICES where it is set. CUDA reads that
+    variable up to its first entry that names no device (an index out of range, "-1", an unknown
+    word), so the count stops there too; a UUID (GPU-..., MIG-...) counts as one device."""
+    found = len(gpus())
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None or not found:
+        return found
+    count, seen = 0, set()
+    for item in (x.strip() for x in visible.split(",")):
+        if item.isdigit() and int(item) < found:
+            key = str(int(item))
+        elif item.startswith(("GPU-", "MIG-")):
+            key = item
+        else:
+            break
+        if key in seen:  # CUDA refuses a list that names a device twice: none is visible then
+            return 0
+        seen.add(key)
+        count += 1
+    return min(count, found)
+
+
+def gpus_seen() -> str:
+    """The visible count in words, for a message: "1", or "1 (CUDA_VISIBLE_DEVICES=0)"."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    n = visible_gpu_count()
+    return f"{n} (CUDA_VISIBLE_DEVICES={visible})" if visible is not None and gpus() else str(n)
+
+
 def _ancestors(pid: int) -> set[int]:
     """pid and its parents, as far as /proc shows them."""
     seen = set()

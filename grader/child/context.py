@@ -92,6 +92,8 @@ _HINTS = {
     "cudaErrorInvalidValue": "an argument to a runtime call is invalid (a null pointer, a size of 0, a bad direction?)",
     "cudaErrorNoKernelImageForDevice": "the library was built for another GPU architecture: unset GRADER_ARCH",
     "cudaErrorMemoryAllocation": "cudaMalloc failed: is the size in bytes right?",
+    "cudaErrorPeerAccessAlreadyEnabled": "a second cudaDeviceEnablePeerAccess for a pair reports it and leaves it "
+    "in the runtime's last error: here it is no error; clear it (cudaGetLastError) and go on",
 }
 
 

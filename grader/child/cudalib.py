@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grader.child import observe, timing
+from grader.child import devices, observe, timing
 from grader.child.buffers import PREFILL, Guarded, bits, guarded, twin
 from grader.child.compare import judge
 from grader.child.context import RunContext, chosen_cases, returned_error
@@ -54,7 +54,7 @@ def prepare(
         if not isinstance(arg, Buffer):
             values[arg.name] = inputs[arg.name]
             continue
-        device = "cpu" if arg.host else "cuda"
+        device = devices.where(arg)
         if arg.role == "in":
             t = inputs[arg.name]
             values[arg.name] = t.numpy() if arg.host else t
@@ -81,13 +81,14 @@ def check_outputs(task: CudaTask, entry: Entry, outs: dict[str, Guarded], expect
 
 
 def seeded_inputs(task: CudaTask, entries: Sequence[Entry], case: Case, draw: int = 0) -> Values:
-    """One seeded draw of the case's inputs, made on the GPU; host arguments moved to the CPU."""
+    """One seeded draw of the case's inputs, made on the GPU; host arguments moved to the CPU, those
+    of another device than 0 (a task of several GPUs) moved there."""
     inputs = task.make_inputs(case.params, Rng(seed_for(task, case.label, draw), "cuda"))
     for e in entries:
         for arg in e.buffers("in") + e.buffers("inout"):
             if arg.host:
                 inputs[arg.name] = inputs[arg.name].cpu().contiguous()
-    return inputs
+    return devices.place(list(entries), inputs)
 
 
 def inputs_and_reference(
@@ -97,7 +98,7 @@ def inputs_and_reference(
     clones of them, before any student code runs."""
     inputs = seeded_inputs(task, [entry], case, draw)
     # a huge case has no room for clones; references are pure functions of their inputs anyway
-    return inputs, entry.reference(inputs if case.huge else clone_values(inputs))
+    return inputs, devices.reference(task, entry, inputs, clone=not case.huge)
 
 
 def run_case(task: CudaTask, entry: Entry, ep: EntryPoint, case: Case, ctx: RunContext, draw: int = 0) -> CaseRecord:
@@ -172,7 +173,7 @@ def called_again(
     refilled = [a for a in entry.buffers("in") if isinstance(inputs.get(a.name), torch.Tensor)]
     expected = None
     if all(_same_layout(inputs[a.name], fresh.get(a.name)) for a in refilled):
-        expected = entry.reference(clone_values(fresh))
+        expected = devices.reference(task, entry, fresh)
         if task.shapes(fresh, expected) != shapes:
             expected = None  # the new draw's outputs have other shapes than the buffers the call got
     if expected is not None:
@@ -192,20 +193,20 @@ def called_again(
                 new = new.abs() if bool((t >= 0).all()) else new
                 spread = float(t.float().std()) if t.numel() > 1 else float(t.float().abs().sum())
                 t.copy_(new.mul_(spread or 1.0).to(t.device, t.dtype))
-        expected = entry.reference(clone_values(again))
+        expected = devices.reference(task, entry, again)
     for arg in entry.buffers():
         if arg.role == "out":
             bits(outs[arg.name].data, outs[arg.name].dtype).fill_(PREFILL[outs[arg.name].dtype])
         elif arg.role == "inout":
             outs[arg.name].data.copy_(again[arg.name].reshape(outs[arg.name].shape))
     if any(b.host for b in entry.buffers()):
-        torch.cuda.synchronize()
+        devices.synchronize()
     there = f"{where} (called again with the same buffers, refilled with new inputs)"
     call(ep, values, there)
     try:
         judged_after_call(lambda: check_outputs(task, entry, outs, expected, there), there)
     except CheckFailure as e:
-        if e.verdict != Verdict.WRONG or STREAM_CAUSE in e.message:
+        if e.verdict != Verdict.WRONG or STREAM_CAUSE in e.message or OTHER_DEVICE_CAUSE in e.message:
             raise
         raise CheckFailure(
             Verdict.WRONG,
@@ -224,12 +225,17 @@ def call(ep: EntryPoint, values: dict[str, Any], where: str) -> None:
 
     The whole device is idle before the call (the grader's inputs and poison are in place, on
     whatever stream the student uses); afterwards only torch's current stream is waited for, as
-    a caller of a library would. Work the call left running elsewhere is `judged_after_call`'s."""
+    a caller of a library would. Work the call left running elsewhere is `judged_after_call`'s.
+    A task of several GPUs: every one of its devices is idle before the call, the others are then
+    held busy (devices.hold_others) so that work launched there instead of on the launching device
+    shows, and the call must leave device 0 current."""
     import torch
 
     try:
-        torch.cuda.synchronize()
+        devices.synchronize()
+        devices.hold_others()
         rc = ep(values)
+        devices.check_current(where)
         torch.cuda.current_stream().synchronize()
     except RuntimeError as e:
         raise cuda_failure(e, where) from None
@@ -241,9 +247,19 @@ STREAM_CAUSE = (
     "the work ran on a stream the grader does not wait on (a private non-blocking stream?): launch on the "
     "default stream"
 )
+OTHER_DEVICE_CAUSE = (
+    "the work ran on another device than the launching one, device 0 (a kernel launched after cudaSetDevice(1)?), "
+    "or on a stream the grader does not wait on: launch on device 0's default stream"
+)
 
 
 def stream_failure(where: str) -> CheckFailure:
+    if devices.count() > 1:
+        return CheckFailure(
+            Verdict.WRONG,
+            f"{where}: the outputs are right only when the grader waits for every GPU of the task, not for "
+            f"device 0's stream: {OTHER_DEVICE_CAUSE}",
+        )
     return CheckFailure(
         Verdict.WRONG,
         f"{where}: the outputs are right only when the grader waits for the whole device, not for its own "
@@ -255,7 +271,6 @@ def judged_after_call(judge: Callable[[], None], where: str) -> None:
     """Runs `judge` (which raises a CheckFailure) after `call`, which waited for torch's stream
     only. A wrong verdict is judged again once the whole device is idle: right then means the
     work ran on a stream nobody waits on, and the student is told that instead of a mismatch."""
-    import torch
 
     try:
         judge()
@@ -263,7 +278,7 @@ def judged_after_call(judge: Callable[[], None], where: str) -> None:
         if first.verdict != Verdict.WRONG:
             raise
         try:
-            torch.cuda.synchronize()
+            devices.synchronize()
         except RuntimeError as e:
             raise cuda_failure(e, where) from None
         judge()  # still wrong: this (settled) report is the one to show
@@ -304,6 +319,13 @@ def run(task: CudaTask, job: ChildJob, rec: Recorder) -> None:
             verdict=Verdict.SKIPPED,
             message="torch sees no CUDA GPU (torch.version.cuda = "
             f"{torch.version.cuda}): install a CUDA build of torch, or run on a GPU machine",
+        )
+        return
+    devices.use(task.gpus)
+    if torch.cuda.device_count() < task.gpus:  # the grading process counted otherwise: say so, do not fail
+        rec.set(
+            verdict=Verdict.SKIPPED,
+            message=f"{task.task_id} needs {task.gpus} GPUs; the task process sees {torch.cuda.device_count()}",
         )
         return
     rec.set(device=device_info())

@@ -18,13 +18,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from grader.child import timing
+from grader.child import devices, timing
 from grader.child.buffers import PREFILL, Guarded, bits, twin
 from grader.child.context import returned_error
 from grader.child.cudalib import check_outputs, prepare, seeded_inputs, stream_failure
 from grader.child.ffi import EntryPoint
 from grader.records import CheckFailure, Stage, Timing, Verdict
-from grader.tasks.spec import Case, CudaTask, Entry, Scalar, Values, clone_values
+from grader.tasks.spec import Case, CudaTask, Entry, Scalar, Values
 
 if TYPE_CHECKING:
     import torch
@@ -58,13 +58,11 @@ def draw(task: CudaTask, entries: Sequence[Entry], case: Case, k: int) -> Datase
     for e in entries:
         ref = by_reference.get(id(e.reference))
         if ref is None:
-            ref = by_reference[id(e.reference)] = e.reference(clone_values(inputs))
+            ref = by_reference[id(e.reference)] = devices.reference(task, e, inputs)
         expected[e.symbol] = ref
         shapes = task.shapes(inputs, ref)
         bounds[e.symbol] = {
-            b.name: timing.Bounds.of(
-                ref[b.name].to("cpu" if b.host else "cuda"), b.dtype, *task.tol(b.dtype, e), shapes[b.name]
-            )
+            b.name: timing.Bounds.of(ref[b.name].to(devices.where(b)), b.dtype, *task.tol(b.dtype, e), shapes[b.name])
             for b in e.buffers()
             if b.role != "in"
         }
@@ -183,9 +181,11 @@ class Rung:
         slot, d = self.sets.rotation.slot(rep), self.sets.rotation.dataset(rep)
         bounds = self.sets.datasets[d].bounds[self.entry.symbol]
         for name, g in self.outs[slot].items():
-            self.bad[rep] += bounds[name].count_bad(g.data)
+            # an output on another device of the task is counted there, its count brought here
+            # (after the cases: a copy between devices may enable peer access by then)
+            self.bad[rep] += bounds[name].count_bad(g.data).to(self.bad.device)
             if self.roles[name] == "out":
-                self.unwritten[rep] += bounds[name].count_unwritten(g.data)
+                self.unwritten[rep] += bounds[name].count_unwritten(g.data).to(self.bad.device)
 
     def subject(self) -> timing.Subject:
         return timing.Subject(run=self.run, prepare=self.prepare, check=self.check)
@@ -247,7 +247,7 @@ class Rung:
         if self.entry.host:  # host-pointer entries copy synchronously: nothing escapes
             return False
         first, second = 0, 1 % self.sets.sets
-        torch.cuda.synchronize()
+        devices.synchronize()
         if not self._called_right(first):
             return False  # wrong even when waited for: not a stream problem
         torch.cuda._sleep(SLEEP_CYCLES)
@@ -257,7 +257,6 @@ class Rung:
         """True when a call that repeats the previous call's arguments leaves its outputs wrong
         although the same call, made first, computed them: work skipped because the arguments were
         recognised. Both calls use buffers no timed call has seen (fresh addresses, same values)."""
-        import torch
 
         d = self.sets.holding(0)
         data = self.sets.datasets[d]
@@ -272,9 +271,9 @@ class Rung:
                     bits(g.data, g.dtype).fill_(PREFILL[g.dtype])
                 else:
                     g.data.copy_(data.inputs[name].reshape(g.shape))
-            torch.cuda.synchronize()
+            devices.synchronize()
             self.ep.call_raw(args)
-            torch.cuda.synchronize()
+            devices.synchronize()
             return all(int(bounds[n].count_bad(g.data)) == 0 for n, g in outs.items())
 
         return called_right() and not called_right()
@@ -282,15 +281,14 @@ class Rung:
     def _called_right(self, slot: int, wait: bool = True) -> bool:
         """Poisons `slot`'s outputs, calls on its arguments and says whether they came out right
         (`wait`: the poison is finished before the call is made)."""
-        import torch
 
         d = self.sets.holding(slot)
         bounds = self.sets.datasets[d].bounds[self.entry.symbol]
         self.poison(slot, d)
         if wait:
-            torch.cuda.synchronize()
+            devices.synchronize()
         self.ep.call_raw(self.marshalled(slot, d))
-        torch.cuda.synchronize()
+        devices.synchronize()
         return all(int(bounds[n].count_bad(g.data)) == 0 for n, g in self.outs[slot].items())
 
     def check_limits(self, row: Timing, bytes_moved: float | None) -> None:
@@ -396,7 +394,7 @@ def time_case(
     for name, fn in baselines.items():
         subjects[f"baseline:{name}"] = lambda fn=fn: fn(base_inputs, base_outs)
     stats = timing.Timer(host=any(e.host for e in entries)).compare(subjects, budget, each_rep=sets.each_rep)
-    torch.cuda.synchronize()
+    devices.synchronize()
     names = list(baselines)
     rows = []
     for r in students:

@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grader.build.ptxas import demangle
+from grader.child import devices
 from grader.records import CheckFailure, ChildJob, Verdict
 from grader.tasks.rules import OBSERVED_SASS_RULES, opcodes_matching, shown, symbol_matches
-from grader.tasks.spec import Case, CudaTask, clone_values
+from grader.tasks.spec import Case, CudaTask
 
 if TYPE_CHECKING:
     from grader.build.nvcc import BuildFacts, KernelFacts
@@ -187,7 +188,7 @@ def observe(task: CudaTask, ep: EntryPoint, case: Case) -> Observation:
 
     entry = task.entry(ep.symbol)
     inputs = seeded_inputs(task, [entry], case)
-    shapes = task.shapes(inputs, None if task.output_shapes else entry.reference(clone_values(inputs)))
+    shapes = task.shapes(inputs, None if task.output_shapes else devices.reference(task, entry, inputs))
     values, _ = prepare(task, entry, inputs, shapes)
     where = f"{entry.symbol}, case {case.label} (observed call)"
     call(ep, values, where)  # the first call of this size does its one-time work here

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from grader.child import devices
 from grader.child.buffers import PREFILL, bits
 
 if TYPE_CHECKING:
@@ -141,10 +142,13 @@ class Timer:
                 subject.check(rep)
             return ms
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if devices.count() > 1:  # what was prepared on the task's other devices is in place first
+            devices.synchronize()
         hold()
         start.record()
         subject.run(rep)
         end.record()
+        devices.wait_on_others(end)  # a check of an output on another device runs after the call
         if subject.check is not None:
             subject.check(rep)  # queued behind the end event: runs while the host goes on
         end.synchronize()
@@ -163,7 +167,7 @@ class Timer:
             if s.prepare is not None:
                 s.prepare(0)
             s.run(0)
-        self.torch.cuda.synchronize()
+        devices.synchronize()
         samples: dict[str, list[float]] = {k: [] for k in subjects}
         deadline = time.perf_counter() + budget.max_seconds
         for rep in range(budget.max_reps):

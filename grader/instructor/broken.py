@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import NamedTuple
 
-from grader import paths
+from grader import paths, toolchain
 from grader.records import TaskResult, TimingMode
 from grader.tasks import NotebookTask, PythonTask, Task, TorchExtensionTask, catalogue
 
@@ -224,14 +224,20 @@ def grade_lab(
         cpu = [n for batch in broken.BATCHES for n in batch if not needs_gpu(lab, n) or n in chosen]
         untimed = [(lab, batch, False, False, off) for batch in one_per_task(cpu)]
     else:
-        untimed = [(lab, batch, False, False, off) for batch in broken.BATCHES]
+        # a task of more GPUs than this machine shows is skipped: its variants are not graded here
+        seen = toolchain.visible_gpu_count()
+
+        def fits(names: list[str]) -> list[str]:
+            return [n for n in names if task_of(lab, n).gpus <= seen]
+
+        untimed = [(lab, fits(batch), False, False, off) for batch in broken.BATCHES if fits(batch)]
         # a grading run grades a task once: two races of one task (lab 2's task 15) take two runs
-        untimed += [(lab, batch, True, False, off) for batch in one_per_task(broken.SANITIZED)]
-        if broken.HUGE and huge:
-            untimed.append((lab, broken.HUGE, False, True, off))
+        untimed += [(lab, batch, True, False, off) for batch in one_per_task(fits(broken.SANITIZED))]
+        if fits(broken.HUGE) and huge:
+            untimed.append((lab, fits(broken.HUGE), False, True, off))
         # they game only the timed calls: timing on, with benchmark timing as `make grade` scores
         # them (quick timing's few calls let a run's noise decide a close target, either way)
-        timed = [(lab, batch, False, False, TimingMode.BENCH) for batch in one_per_task(broken.TIMED)]
+        timed = [(lab, batch, False, False, TimingMode.BENCH) for batch in one_per_task(fits(broken.TIMED))]
     out: dict[str, TaskResult] = {}
     start, runs, finished = time.perf_counter(), len(untimed) + len(timed), 0
 
@@ -300,7 +306,8 @@ def check_lab(lab: str, gpu: bool, say: Callable[[str], None], jobs: int = 1) ->
     caught = sum(t.caught for t in counts.values())
     graded = sum(t.graded for t in counts.values())
     total = sum(t.total for t in counts.values())
-    here = "" if graded == total else f" ({total - graded} need {'a GPU' if not gpu else 'make grade'} to run)"
+    more = "make grade or more GPUs than this machine shows"
+    here = "" if graded == total else f" ({total - graded} need {'a GPU' if not gpu else more} to run)"
     say(f"{lab}: the grader catches {caught} of {graded} broken variants graded{here}")
     width = max(len(c) for c in counts) if counts else 0
     for cls, t in counts.items():

@@ -28,7 +28,9 @@ def fakes(entry: Entry, inputs: dict[str, Any], out: Buffer, expected: Any, shap
         numel = fake["zeros"].numel()
         passthrough = torch.zeros(numel, dtype=dt)
         passthrough[: min(numel, flat.numel())] = flat[:numel]
-        fake["pass-through"] = passthrough.view(shape)
+        # a copy's right answer is its input (lab 6's peer copy): that is no lazy answer to reject
+        if not torch.equal(passthrough.view(shape), expected.reshape(shape).to(dt)):
+            fake["pass-through"] = passthrough.view(shape)
     # an fp16 round trip changes nothing in an f16 output and adds precision to a bf16 one: it
     # proves only that 32-bit outputs are held to more than half precision
     if dt.is_floating_point and dt.itemsize > 2 and not entry.reduced_precision:

@@ -3,7 +3,7 @@
     python -m grader submission PATH-OR-URL --out DIR          one student
     python -m grader gradebook SUBMISSIONS --out DIR [--only NAME] [--fresh] [--gpus all|0,1] [--shard I/N]
     python -m grader gradebook SUBMISSIONS --out DIR --collect  the gradebook of what the shards graded
-    python -m grader gradebook SUBMISSIONS --out DIR --slurm N  write DIR/grade.sbatch: N shards, one GPU each
+    python -m grader gradebook SUBMISSIONS --out DIR --slurm N  write DIR/grade.sbatch: N shards of a worker each
 
 A folder of submissions holds one entry per student: a folder, a git repository, a .zip or a
 .tar.gz, named after the student. Each is graded by the instructor's grader, specs and seed
@@ -17,7 +17,9 @@ that cannot be read at all gets DIR/<name>/error.txt and no row (never a stale g
 One worker per GPU (`--gpus`, default all this process may use): with several, each submission is
 graded alone on its GPU by its own `python -m grader submission` process (CUDA_VISIBLE_DEVICES set
 to that GPU, its output in DIR/<name>/grading.log), so its timings are as honest as on a machine
-with one GPU, and the next submission goes to whichever GPU frees first. With one GPU or none the
+with one GPU, and the next submission goes to whichever GPU frees first. A task that needs several
+GPUs (`Task.gpus`, lab 6's) makes every worker a group of that many (`worker_groups`): each student
+is graded on as many GPUs as any other, and GPUs left over from the last whole group stay idle. With one GPU or none the
 submissions are graded in this process, one after the other. The batch ends by saying how many
 submissions it graded per hour, also in DIR/throughput.json, to compare one GPU with several.
 
@@ -265,6 +267,24 @@ def worker_gpus(spec: str = "all") -> list[str]:
     return [g.strip() for g in visible.split(",") if g.strip()]
 
 
+def gpus_needed(tasks: list[Task]) -> int:
+    """The most GPUs one task of `tasks` needs: how many each worker gets."""
+    return max((t.gpus for t in tasks if t.gpu), default=1)
+
+
+def worker_groups(ids: list[str], need: int) -> list[str]:
+    """The GPUs of each worker, as its CUDA_VISIBLE_DEVICES ("0,1"): one GPU each when no task needs
+    more; else consecutive groups of `need`, the GPUs past the last whole group left idle (a worker
+    with fewer would skip tasks that another worker's students get graded on). With fewer than
+    `need` in all, one worker gets them all, and every student's task that needs more is skipped
+    alike, with the reason."""
+    if need <= 1 or not ids:
+        return list(ids)
+    if len(ids) < need:
+        return [",".join(ids)]
+    return [",".join(ids[i : i + need]) for i in range(0, len(ids) - need + 1, need)]
+
+
 def _book(out: Path, names: list[str]) -> list[Graded]:
     """The gradebook's rows: each of these students that a run, a worker or a shard graded in `out`."""
     return [g for g in (_load(out, name) for name in names) if g is not None]
@@ -453,14 +473,21 @@ def gradebook(
 
     todo = _to_grade(entries, out, fresh or bool(only), say)
     ids = worker_gpus() if gpus is None else gpus
+    need = gpus_needed(tasks)
+    groups = worker_groups(ids, need)
+    used = sum(len(g.split(",")) for g in groups)
+    if need > 1 and ids:
+        idle = f"; {len(ids) - used} left idle" if used < len(ids) else ""
+        short = f" (fewer than {need}: the tasks that need {need} are skipped)" if len(ids) < need else ""
+        say(f"a task needs {need} GPUs: {len(groups)} worker(s) of {min(need, len(ids))} GPUs{short}{idle}")
     done, started = len(entries) - len(todo), time.monotonic()
-    if len(ids) > 1:
-        failures = _grade_on_gpus(todo, ids, out, opts, say, rebuild, done)
+    if len(groups) > 1:
+        failures = _grade_on_gpus(todo, groups, out, opts, say, rebuild, done)
     else:
-        with _on_gpu(ids[0] if ids else None):
+        with _on_gpu(groups[0] if groups else None):
             failures = _grade_here(todo, out, opts, tasks, say, rebuild, done)
     if todo:
-        _throughput(out, len(todo), time.monotonic() - started, len(ids), shard, say)
+        _throughput(out, len(todo), time.monotonic() - started, used, shard, say)
     book = _book(out, names)
     write_csv(out / "gradebook.csv", book, tasks)
     say(f"gradebook: {out / 'gradebook.csv'} ({len(book)} students); feedback in {out}/<student>/summary.md")
@@ -490,11 +517,14 @@ def collect(folder: Path, out: Path, say: Say) -> int:
 def slurm(
     folder: Path, out: Path, shards: int, opts: runner.Options, say: Say, only: str = "", fresh: bool = False
 ) -> int:
-    """Writes out/grade.sbatch, a Slurm array job of `shards` tasks with one GPU each, each task
-    this gradebook with --shard; the cluster's own scheduler spreads them. Grades nothing."""
+    """Writes out/grade.sbatch, a Slurm array job of `shards` tasks with as many GPUs each as the
+    most demanding task needs (one, before lab 6), each task this gradebook with --shard; the
+    cluster's own scheduler spreads them. Grades nothing."""
     folder, out = folder.absolute(), out.absolute()
     count = len(entries_of(folder))
     out.mkdir(parents=True, exist_ok=True)
+    need = gpus_needed(catalogue.all_tasks())
+    each_gpus = "one GPU each" if need == 1 else f"{need} GPUs each"
     each = SLURM_MINUTES[opts.timing] * (2 if opts.sanitize else 1)  # compute-sanitizer runs each task again
     minutes = 30 + math.ceil(count / shards) * each
     py = shlex.quote(sys.executable)
@@ -508,11 +538,11 @@ def slurm(
                 "#!/bin/bash",
                 "#SBATCH --job-name=gradebook",
                 f"#SBATCH --array=0-{shards - 1}",
-                "#SBATCH --gres=gpu:1",
+                f"#SBATCH --gres=gpu:{need}",
                 f"#SBATCH --cpus-per-task={SLURM_CPUS}",
                 f"#SBATCH --time={minutes // 60}:{minutes % 60:02d}:00",
                 f"#SBATCH --output={out}/slurm-%A_%a.log",
-                f"# {count} submissions of {folder} in {shards} shards, one GPU each; --time allows",
+                f"# {count} submissions of {folder} in {shards} shards, {each_gpus}; --time allows",
                 f"# {each} minutes a submission. Written by: python -m grader gradebook --slurm.",
                 f"# Submit: sbatch {script}   (add -p PARTITION, -A ACCOUNT as your cluster wants)",
                 f"# Then:   {common} --collect",
@@ -528,7 +558,7 @@ def slurm(
         )
     )
     collect_job = f"cd {shlex.quote(str(paths.ROOT))} && {common} --collect"
-    say(f"wrote {script}: {count} submissions in {shards} shards of at most {math.ceil(count / shards)}, one GPU each")
+    say(f"wrote {script}: {count} submissions in {shards} shards of at most {math.ceil(count / shards)}, {each_gpus}")
     if shards > count:
         say(f"(more shards than submissions: {shards - count} of them will grade nothing)")
     say(f"submit it:        sbatch {script}")

@@ -130,9 +130,13 @@ def verify(labs: list[str], say: Callable[[str], None], variants: bool = True, j
         # without a GPU a solution is only built; where a library or header wheel is missing here
         # it is not even that (the GPU machine has them): said below the table, not a problem
         unbuilt = not gpu and r.verdict == Verdict.ENVIRONMENT
-        ok_sol = r.verdict == Verdict.PASS or (not gpu and r.verdict == Verdict.SKIPPED) or unbuilt
+        # a task of several GPUs on a machine of fewer is skipped, with the counts: not a failure here
+        few = gpu and r.verdict == Verdict.SKIPPED and bool(runner.too_few_gpus(t))
+        ok_sol = r.verdict == Verdict.PASS or (not gpu and r.verdict == Verdict.SKIPPED) or unbuilt or few
         if unbuilt:
             notes.append(f"{t.task_id}: not built on this machine: {r.headline()}")
+        if few:
+            notes.append(f"{t.task_id}: not run: {runner.too_few_gpus(t)}")
         if s.verdict == Verdict.SKIPPED:
             s_text = "compiles, not started" if not started else "compiles, STARTED?"
         else:

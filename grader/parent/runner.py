@@ -157,7 +157,7 @@ def _grade(
         if prepared[t.prepare] is not None:
             early[t.task_id] = _result(t, sources[t.task_id][t.source], Verdict.ENVIRONMENT, prepared[t.prepare])
     gpu = toolchain.has_gpu()
-    runnable = {t.task_id for t in tasks if t.task_id not in early and (gpu or not t.gpu)}
+    runnable = {t.task_id for t in tasks if t.task_id not in early and (gpu or not t.gpu) and not too_few_gpus(t)}
     cuda = [t for t in tasks if t.task_id not in early and isinstance(t, CudaTask)]
     scratch = Path(tempfile.mkdtemp(prefix="grader-"))
     if opts.sandbox:
@@ -192,6 +192,17 @@ def _grade(
         if pending is not None:
             pending.kill()
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def too_few_gpus(task: Task) -> str:
+    """Why a task of several GPUs cannot run here ("lab6/01 needs 2 GPUs; this machine shows 1"),
+    or "" when it can. One-GPU tasks keep the no-GPU skip alone: this says nothing about them."""
+    if task.gpus <= 1 or not task.gpu:
+        return ""
+    seen = toolchain.visible_gpu_count()
+    if seen >= task.gpus:
+        return ""
+    return f"{task.task_id} needs {task.gpus} GPUs; this machine shows {toolchain.gpus_seen()}"
 
 
 def run_prepare(target: str) -> str | None:
@@ -236,6 +247,10 @@ def _grade_one(
             f"no NVIDIA GPU visible (nvidia-smi finds none): {what}run on a GPU machine to check and time it",
             kernels=kernels,
         )
+    if too_few_gpus(task):
+        what = "the kernel compiled; " if b is not None else ""
+        message = f"{too_few_gpus(task)}: {what}run on a machine with enough GPUs to check it"
+        return _result(task, src, Verdict.SKIPPED, message, kernels=kernels)
     # earlier tasks' files this one runs, as this run grades them (the solutions, or the student's)
     lab, pick = task.lab_dir(), paths.solution_source if opts.solutions else paths.student_source
     earlier = {rel: str(pick(lab, rel)) for rel in getattr(task, "builds_on", ())}

@@ -38,12 +38,17 @@ DEFAULT_TOLERANCE: dict[str, tuple[float, float]] = {
 
 @dataclass(frozen=True)
 class Buffer:
-    """A pointer argument: a device tensor, or a host array when `host` is true."""
+    """A pointer argument: a device tensor, or a host array when `host` is true.
+
+    `device` is the index of the GPU it lives on, within the task's own set (0 to `gpus` - 1 of
+    its task; the first GPU the task process sees is 0). The harness allocates and fills it
+    there and compares an output there; only tasks of several GPUs name another than 0."""
 
     name: str
     dtype: DType
     role: Role = "in"
     host: bool = False
+    device: int = 0
 
 
 @dataclass(frozen=True)
@@ -57,16 +62,16 @@ class Scalar:
 Arg = Buffer | Scalar
 
 
-def In(name: str, dtype: DType = "f32") -> Buffer:  # noqa: N802 - reads like a declaration
-    return Buffer(name, dtype, "in")
+def In(name: str, dtype: DType = "f32", device: int = 0) -> Buffer:  # noqa: N802 - reads like a declaration
+    return Buffer(name, dtype, "in", device=device)
 
 
-def Out(name: str, dtype: DType = "f32") -> Buffer:  # noqa: N802
-    return Buffer(name, dtype, "out")
+def Out(name: str, dtype: DType = "f32", device: int = 0) -> Buffer:  # noqa: N802
+    return Buffer(name, dtype, "out", device=device)
 
 
-def InOut(name: str, dtype: DType = "f32") -> Buffer:  # noqa: N802
-    return Buffer(name, dtype, "inout")
+def InOut(name: str, dtype: DType = "f32", device: int = 0) -> Buffer:  # noqa: N802
+    return Buffer(name, dtype, "inout", device=device)
 
 
 def HostIn(name: str, dtype: DType = "f32") -> Buffer:  # noqa: N802
@@ -219,6 +224,10 @@ class Task:
     points: float = 10.0
     perf: Sequence[PerfTarget] = ()
     gpu: bool = True  # False: runs and is graded on a machine without a GPU too
+    # how many GPUs the task process must see (at least 1); where fewer are visible the task is
+    # `skipped`, naming both counts. The gradebook gives each worker as many GPUs as the most
+    # demanding task of the run needs (grader/instructor/gradebook.py: worker_groups).
+    gpus: int = 1
     timeout: float | None = None  # seconds for the task process; None: GRADER_TIMEOUT (60)
     # "module:function" the grading process calls before the task's own process starts, outside the
     # sandbox, to make what the task reads (lab 3's trained weights); imported only then, so that
@@ -276,6 +285,8 @@ class CudaTask(Task):
     sweep_entries: Sequence[str] = ()  # the entries a sweep times; () means every entry with a baseline
 
     def __post_init__(self) -> None:
+        for problem in device_problems(self):
+            raise ValueError(f"CudaTask {self.lab}/{self.number}: {problem}")
         labels = {c.label for c in self.cases}
         named = [self.timing_case or "", *(p.case for p in self.perf)]
         missing = [x for x in named if x and x not in labels]
@@ -314,6 +325,27 @@ class CudaTask(Task):
             return self.output_shapes(inputs)
         assert reference is not None, f"{self.task_id}: no output_shapes and no reference to take them from"
         return {k: tuple(v.shape) for k, v in reference.items()}
+
+
+def device_problems(task: CudaTask) -> list[str]:
+    """What is wrong with where a task's arguments live: a device index outside the task's own
+    GPUs, a host array given a device, a task of less than one GPU, or several GPUs on a task
+    that needs none."""
+    problems = []
+    if not isinstance(task.gpus, int) or task.gpus < 1:
+        problems.append(f"gpus must be a whole number of at least 1, got {task.gpus!r}")
+    elif task.gpus > 1 and not task.gpu:
+        problems.append(f"gpus={task.gpus} on a task with gpu=False")
+    for e in task.entries:
+        for b in e.buffers():
+            if b.host and b.device != 0:
+                problems.append(f"{e.symbol}: `{b.name}` is a host array and cannot live on device {b.device}")
+            elif not isinstance(b.device, int) or not 0 <= b.device < max(task.gpus, 1):
+                problems.append(
+                    f"{e.symbol}: `{b.name}` lives on device {b.device!r}, but the task declares gpus={task.gpus} "
+                    f"(devices 0 to {task.gpus - 1})"
+                )
+    return problems
 
 
 class Rng:

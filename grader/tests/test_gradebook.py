@@ -5,6 +5,7 @@ that resumes where it stopped. Runs on any machine (CUDA tasks are skipped witho
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import shutil
@@ -176,6 +177,18 @@ def test_workers_are_the_gpus_this_process_may_use(monkeypatch: pytest.MonkeyPat
     assert gradebook.worker_gpus() == ["2", "3"]
 
 
+def test_a_task_of_two_gpus_makes_every_worker_a_pair() -> None:
+    assert gradebook.worker_groups(["0", "1", "2"], 1) == ["0", "1", "2"]  # one GPU a worker, as before
+    assert gradebook.worker_groups(["0", "1", "2", "3"], 2) == ["0,1", "2,3"]
+    # the odd one out stays idle: a worker of one GPU would skip what the others' students are graded on
+    assert gradebook.worker_groups(["4", "5", "6"], 2) == ["4,5"]
+    assert gradebook.worker_groups(["7"], 2) == ["7"]  # fewer than needed: one worker, the task skipped for all
+    assert gradebook.worker_groups([], 2) == []
+    tasks = catalogue.all_tasks(["lab1"])
+    assert gradebook.gpus_needed(tasks) == 1
+    assert gradebook.gpus_needed([*tasks, dataclasses.replace(tasks[0], gpus=4)]) == 4
+
+
 def test_shards_split_the_class_and_share_one_gradebook(tmp_path: Path) -> None:
     subs, out = tmp_path / "subs", tmp_path / "out"
     for name in ("ada", "bob", "cy"):
@@ -224,7 +237,8 @@ def test_slurm_writes_an_array_job_and_grades_nothing(tmp_path: Path) -> None:
     assert cli.main(["gradebook", str(subs), "--out", str(out), "--slurm", "4", "--timing", "off"]) == 0
     job = out / "grade.sbatch"
     script = job.read_text()
-    assert "#SBATCH --array=0-3\n" in script and "#SBATCH --gres=gpu:1\n" in script
+    need = gradebook.gpus_needed(catalogue.all_tasks())  # 2 once lab 6's peer-memory task is in the course
+    assert "#SBATCH --array=0-3\n" in script and f"#SBATCH --gres=gpu:{need}\n" in script
     assert f"#SBATCH --output={out.absolute()}/slurm-%A_%a.log" in script
     assert f"cd {paths.ROOT}" in script and paths.ROOT.is_absolute()
     assert f"{sys.executable} -m grader gradebook {subs.absolute()} --out {out.absolute()}" in script
@@ -248,18 +262,22 @@ def test_one_worker_per_gpu_grades_as_one_worker_does(tmp_path: Path, monkeypatc
     opts = runner.Options(timing="off")
     assert gradebook.gradebook(subs, one, opts, [].append, gpus=[]) == 0
     said: list[str] = []
-    assert gradebook.gradebook(subs, two, opts, said.append, gpus=["0", "1"]) == 0
+    # two workers: of one GPU each, or of a pair each where a task of the course needs two (lab 6's)
+    need = gradebook.gpus_needed(catalogue.all_tasks())
+    ids = [str(i) for i in range(2 * need)]
+    first, second = gradebook.worker_groups(ids, need)
+    assert gradebook.gradebook(subs, two, opts, said.append, gpus=ids) == 0
     assert (two / "gradebook.csv").read_text() == (one / "gradebook.csv").read_text()
     for name in ("ada", "bob", "cy"):
         assert verdicts(two, name) == verdicts(one, name)
         assert (two / name / "grading.log").exists() and not (one / name / "grading.log").exists()
     assert verdicts(two, "cy")["lab1/03"] != verdicts(two, "bob")["lab1/03"]
-    assert said[:2] == ["ada: grading on GPU 0", "bob: grading on GPU 1"]
+    assert said[1 if need > 1 else 0 :][:2] == [f"ada: grading on GPU {first}", f"bob: grading on GPU {second}"]
     assert sum(" on GPU " in s and s.endswith(" s)") for s in said) == 3  # "[1/3] ada on GPU 0: 0 points (0.9 s)"
-    assert any(s.startswith("graded 3 submissions in ") and " on 2 GPUs (" in s for s in said)
+    assert any(s.startswith("graded 3 submissions in ") and f" on {2 * need} GPUs (" in s for s in said)
     throughput = json.loads((two / "throughput.json").read_text())
     assert set(throughput) == {"submissions", "seconds", "gpus", "per_hour"}
-    assert throughput["submissions"] == 3 and throughput["gpus"] == 2 and throughput["per_hour"] > 0
+    assert throughput["submissions"] == 3 and throughput["gpus"] == 2 * need and throughput["per_hour"] > 0
 
 
 def test_a_worker_that_fails_is_reported_and_the_others_go_on(tmp_path: Path) -> None:
@@ -271,7 +289,8 @@ def test_a_worker_that_fails_is_reported_and_the_others_go_on(tmp_path: Path) ->
     shutil.rmtree(subs / "eve")  # eve hands in a broken archive instead: her earlier grade must go
     (subs / "eve.zip").write_bytes(b"broken")
     said: list[str] = []
-    assert gradebook.gradebook(subs, out, opts, said.append, fresh=True, gpus=["0", "1"]) == 1
+    ids = [str(i) for i in range(2 * gradebook.gpus_needed(catalogue.all_tasks()))]  # two workers
+    assert gradebook.gradebook(subs, out, opts, said.append, fresh=True, gpus=ids) == 1
     failed = next(s for s in said if "eve on GPU" in s)
     assert "cannot be graded (exit 2)" in failed and "cannot unpack" in failed  # the end of her grading.log
     assert "cannot unpack" in (out / "eve" / "error.txt").read_text()

@@ -2,8 +2,10 @@
 
 tests/test_broken_variants.py applies each edit, grades the result and expects the verdict given
 here, as for the other labs. Task 05 (tensor-parallel LLaMA, its sharding and its graph) is graded
-on the CPU with gloo, so its variants are graded on every machine, CI included. Each variant names
-its class of mistake, one of those the task's spec lists in `mistakes`.
+on the CPU with gloo, so its variants are graded on every machine, CI included. Task 01 (peer
+memory) needs 2 GPUs: its variants are graded on a machine that shows 2 or more, except the one
+the build's rule catches (AT_BUILD), graded anywhere nvcc runs. Each variant names its class of
+mistake, one of those the task's spec lists in `mistakes`.
 """
 
 from __future__ import annotations
@@ -11,8 +13,98 @@ from __future__ import annotations
 from grader.instructor.broken import Variant
 
 SHARD = "kiln_tp/shard.py"
+PEER = "01_peer.cu"
 
 VARIANTS: dict[str, Variant] = {
+    "01_peer.never_enabled": Variant(
+        PEER,
+        [
+            (
+                "    const cudaError_t e = cudaDeviceEnablePeerAccess(peer, 0);  // from the current device",
+                "    const cudaError_t e = cudaSuccess;  // UVA: every device sees one address space already",
+            )
+        ],
+        {"crash"},
+        "peer_copy",
+        "peer access checked with cudaDeviceCanAccessPeer but never enabled: UVA gives the kernel src's address, "
+        "not a mapping of device 1's memory in device 0's page tables, and its first load faults",
+        mistake="peer access not enabled",
+    ),
+    "01_peer.already_enabled_left_in_last_error": Variant(
+        PEER,
+        [
+            (
+                "    if (e == cudaErrorPeerAccessAlreadyEnabled) {\n"
+                "        (void)cudaGetLastError();\n"
+                "        return cudaSuccess;",
+                "    if (e == cudaErrorPeerAccessAlreadyEnabled) {  // enabled by an earlier call: fine\n"
+                "        return cudaSuccess;",
+            )
+        ],
+        {"crash"},
+        "cudaErrorPeerAccessAlreadyEnabled",
+        "the second enable's error is recognised but not cleared: the cudaGetLastError() after the launch returns it, "
+        "so every call after the first fails",
+        mistake="already enabled",
+    ),
+    "01_peer.tail_dropped": Variant(
+        PEER,
+        [("    for (size_t i = head + 4 * quads + tid; i < n; i += stride) dst[i] = src[i];\n", "")],
+        {"wrong"},
+        "peer_copy, case n=",
+        "the floats after the last whole float4 are never copied (n = 1, 3, 2^20 + 1)",
+        mistake="tail",
+    ),
+    "01_peer.float4_from_unaligned_src": Variant(
+        PEER,
+        [
+            (
+                "        const bool alike = (((uintptr_t)dst ^ (uintptr_t)src) & 15) == 0;",
+                "        const bool alike = ((uintptr_t)dst & 15) == 0;  // cudaMalloc aligns to 256 bytes",
+            )
+        ],
+        {"crash"},
+        "misaligned",
+        "the 16-byte path chosen from dst's alignment alone: with src one float into its buffer, the float4 "
+        "accesses after the head are 4 bytes off the grid on one side",
+        mistake="unaligned pointer",
+    ),
+    "01_peer.launched_on_device_1": Variant(
+        PEER,
+        [
+            (
+                "    CUDA_CHECK(cudaSetDevice(0));\n    cudaError_t e = enable_peer_access(0, 1);",
+                "    CUDA_CHECK(cudaSetDevice(1));  // run where src lives: local reads, only the writes cross\n"
+                "    cudaError_t e = enable_peer_access(1, 0);",
+            )
+        ],
+        {"wrong"},
+        "another device",
+        "the kernel launched on device 1, writing dst through device 1's access to device 0: the right bytes, but "
+        "on a device and stream the caller does not wait on (the contract launches on device 0)",
+        mistake="wrong device",
+    ),
+    "01_peer.diagonal_set": Variant(
+        PEER,
+        [("            int can = 0;\n", "            int can = 1;  // a device always reaches its own memory\n")],
+        {"wrong"},
+        "peer_can_access",
+        "the diagonal set to 1: a device's own memory is not a peer's (and cudaDeviceEnablePeerAccess refuses it)",
+        mistake="diagonal",
+    ),
+    "01_peer.copy_engine": Variant(
+        PEER,
+        [
+            (
+                "            peer_copy_kernel<<<(unsigned)blocks, THREADS>>>(dst, src, n, head, quads);",
+                "            cudaMemcpyPeerAsync(dst, 0, src, 1, n * sizeof(float), 0);  // the copy engine does it",
+            )
+        ],
+        {"rule violation"},
+        "cudaMemcpy",
+        "the copy handed to the copy engine (cudaMemcpyPeerAsync): the baseline, not a kernel reading the peer",
+        mistake="copy engine",
+    ),
     "05_tensor_parallel.q_heads_round_robin": Variant(
         SHARD,
         [
@@ -119,8 +211,11 @@ VARIANTS: dict[str, Variant] = {
     ),
 }
 
-BATCHES = [[name] for name in VARIANTS]  # one task: a grading run holds one variant of it
+PEER_VARIANTS = [name for name in VARIANTS if name.startswith("01_")]
+TP_VARIANTS = [name for name in VARIANTS if name.startswith("05_")]
+# one variant of each task per grading run: task 01's beside task 05's while both last
+BATCHES = [PEER_VARIANTS[i : i + 1] + TP_VARIANTS[i : i + 1] for i in range(max(len(PEER_VARIANTS), len(TP_VARIANTS)))]
 SANITIZED: list[str] = []
-AT_BUILD: list[str] = []
+AT_BUILD: list[str] = ["01_peer.copy_engine"]
 HUGE: list[str] = []
 TIMED: list[str] = []
