@@ -1071,12 +1071,13 @@ def gate(results: dict[str, Any], skip_hf: bool) -> list[str]:
 
 
 def write_readme(text: str) -> None:
-    readme = README.read_text(encoding="utf-8")
-    if BEGIN not in readme or END not in readme or readme.index(BEGIN) > readme.index(END):
-        sys.exit(f"{README}: no {BEGIN} ... {END} block to replace")
-    head, rest = readme.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    README.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}", encoding="utf-8")
+    """Replaces the chapter's generated block with `text`."""
+    from grader.report.timings import rewrite_marked
+
+    try:
+        rewrite_marked(README, BEGIN, END, text)
+    except ValueError as e:
+        sys.exit(str(e))
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

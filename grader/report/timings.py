@@ -93,3 +93,14 @@ def write(readme: Path, lab: str, results: Sequence[TaskResult], env: Mapping[st
         readme.write_text(text.replace(anchor(lab), anchor(lab) + "\n\n" + new, 1))
         return "inserted"
     return f"not written: {readme.name} has no `{anchor(lab)}` marker where the table belongs"
+
+
+def rewrite_marked(path: Path, begin_marker: str, end_marker: str, text: str) -> None:
+    """Replaces what stands between two markers of a chapter with `text` (a lab's own benchmark
+    script writes its tables this way); ValueError when the markers are missing or out of order."""
+    doc = path.read_text(encoding="utf-8")
+    if begin_marker not in doc or end_marker not in doc or doc.index(begin_marker) > doc.index(end_marker):
+        raise ValueError(f"{path}: no {begin_marker} ... {end_marker} block to replace")
+    head, rest = doc.split(begin_marker, 1)
+    tail = rest.split(end_marker, 1)[1]
+    path.write_text(f"{head}{begin_marker}\n{text}\n{end_marker}{tail}", encoding="utf-8")
