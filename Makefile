@@ -30,7 +30,7 @@ GRADE_OPTS := -q --no-header -p no:cacheprovider -rfEs $(if $(TASK),--task=$(TAS
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_%-]+:.*## / {name = $$1; sub(/%/, "N", name); printf "  %-16s %s\n", name, $$2}' $(MAKEFILE_LIST)
 	@echo "  labs: N is 1 to 6 (make test-lab1, make bench-lab2, ...)"
-	@echo "  variables: TASK=NN or labN/NN (one task), SOLUTIONS=1 (grade the reference solutions), ARGS='...' (extra options), LABS='lab2 lab3' (make verify), OUT=dir, DEST=dir"
+	@echo "  variables: TASK=NN or labN/NN (one task), SOLUTIONS=1 (grade the reference solutions), ARGS='...' (extra options), LABS='lab2 lab3' (make verify), JOBS=1 (make check in one process), OUT=dir, DEST=dir"
 
 # .venv/bin/python is a link to an old interpreter binary, so the set-up leaves a fresh stamp instead
 $(STAMP): setup.sh requirements.txt
@@ -78,8 +78,12 @@ doctor: $(STAMP) ## what this machine has for the course: toolkit, GPU, packages
 train-lab3: $(STAMP) ## train lab 3's MLP and CNN into lab3/models/ (MNIST when online, else scikit-learn's digits)
 	$(PY) -m lab3.train $(ARGS)
 
-check: $(STAMP) ## the course's own tests: pass on any machine, CPU-only included
-	$(PYTEST) grader/tests tests -p no:cacheprovider -rs --durations=25 $(ARGS)
+# make check on every core (JOBS=1: one process, pytest's own per-file lines): pytest-xdist hands
+# out tests and groups of tests that share a build or a fixture (tests/conftest.py), and prints one
+# line per test file as it finishes
+JOBS ?= auto
+check: $(STAMP) ## the course's own tests: pass on any machine, CPU-only included (JOBS=1: in one process)
+	$(PYTEST) grader/tests tests -p no:cacheprovider $(if $(filter 1,$(JOBS)),,-p xdist.plugin -n $(JOBS) --maxprocesses=8 --dist loadgroup --no-loadscope-reorder) -rs --durations=25 $(ARGS)
 
 verify: $(STAMP) ## instructors: every skeleton fails, every reference solution passes, every broken variant is caught (LABS='lab2 lab3')
 	$(PY) -m grader verify $(LABS) $(ARGS)

@@ -25,7 +25,7 @@ usage() {
 Usage: ./setup.sh [--quiet] [--check] [--help]
 
 Makes .venv in the repository root with the packages of requirements.txt (torch, numpy,
-pytest, ninja, nbformat, jupyter, ruff), then runs `python -m grader doctor`: a ✓/✗ table
+pytest, pytest-xdist, ninja, nbformat, jupyter, ruff), then runs `python -m grader doctor`: a ✓/✗ table
 of the environment (Python, each package, nvcc, GPU, driver, torch's CUDA, the cuDNN
 frontend and CUTLASS headers, compute-sanitizer, Nsight Compute and Systems, lab 5's
 model files), each ✗ with the command that fixes it.

@@ -24,38 +24,83 @@ if not LABS:
 BROKEN = {lab: broken.catalogue_of(lab) for lab in LABS}
 
 
-def _each(lists: Callable, gpu_marks: bool = False) -> list[pytest.ParameterSet]:
+GPU = toolchain.has_gpu()
+
+
+def _grading_runs(lab: str) -> list[list[str]]:
+    """The grading runs of a lab's variants that a machine without a GPU makes, as
+    broken.grade_lab makes them there: the batches' variants a CPU can grade, one per task a run."""
+    b = BROKEN[lab]
+    return broken.one_per_task([n for batch in b.BATCHES for n in batch if not broken.needs_gpu(lab, n)])
+
+
+RUNS = {lab: _grading_runs(lab) for lab in LABS}
+
+
+def _graded_with(lab: str, name: str) -> str:
+    """The pytest-xdist group of a variant's test: the variants of one grading run stay in one
+    worker (the `results` fixture makes each run once per worker); with a GPU, a whole lab is one
+    broken.grade_lab."""
+    if not GPU:
+        for i, run in enumerate(RUNS[lab]):
+            if name in run:
+                return f"variants-{lab}-{i}"
+    return f"variants-{lab}"
+
+
+def _each(lists: Callable, gpu_marks: bool = False, grouped: bool = False) -> list[pytest.ParameterSet]:
     """(lab, name) for the names `lists` picks from every lab's catalogue, with ids `labN/name`."""
     return [
         pytest.param(
             lab,
             name,
             id=f"{lab}/{name}",
-            marks=[pytest.mark.gpu] if gpu_marks and broken.needs_gpu(lab, name) else [],
+            marks=[
+                *([pytest.mark.gpu] if gpu_marks and broken.needs_gpu(lab, name) else []),
+                *([pytest.mark.xdist_group(_graded_with(lab, name))] if grouped else []),
+            ],
         )
         for lab in LABS
         for name in lists(BROKEN[lab])
     ]
 
 
-COMPILE_ONLY = ("-Xcicc", "-O0")
+def _by_task() -> list[pytest.ParameterSet]:
+    """(lab, task) for every task with variants, ids `labN/NN_name`: one compile check per task, so
+    that make check's workers share them out. The tasks whose builds read a library's or a header
+    wheel's headers (cuDNN's frontend: a minute a variant) come first, so no worker starts one last."""
+    found = []
+    for lab in LABS:
+        for stem in dict.fromkeys(n.split(".")[0] for n in BROKEN[lab].VARIANTS):
+            task = broken.task_of(lab, f"{stem}.x")
+            heavy = bool(getattr(task, "include_packages", ()) or getattr(task, "libraries", ()))
+            found.append((not heavy, lab, stem))
+    found.sort(key=lambda f: f[0])  # stable: otherwise in lab and task order
+    return [pytest.param(lab, stem, id=f"{lab}/{stem}") for _, lab, stem in found]
 
 
-@pytest.mark.parametrize("lab", LABS)
-def test_every_variant_applies_and_compiles(lab: str) -> None:
+# Whether a variant compiles, not how fast it runs: host and device code unoptimized and no ptxas
+# (PTX only) make the build a few times faster (grading a variant on the GPU builds it with the
+# task's own flags, to SASS). nvcc's last -O wins: this -O0 comes after the grader's -O3.
+COMPILE_ONLY = ("-O0", "-Xcicc", "-O0")
+
+
+@pytest.mark.parametrize(("lab", "stem"), _by_task())
+def test_every_variant_applies_and_compiles(lab: str, stem: str) -> None:
     try:
         toolchain.find_nvcc()
     except toolchain.ToolchainError as e:
         pytest.skip(str(e))
     units = []
-    for name in BROKEN[lab].VARIANTS:
+    for name in (n for n in BROKEN[lab].VARIANTS if n.split(".")[0] == stem):
         task = broken.task_of(lab, name)
         files = broken.sources(lab, task, name)  # every variant's edits apply, a notebook's too
+        if name in BROKEN[lab].AT_BUILD:
+            # test_build_time_variant_is_caught_without_a_gpu builds it with the task's own flags
+            # wherever this test builds (where nvcc is), and its verdict needs that build to succeed
+            continue
         if isinstance(task, CudaTask):  # built as its task builds it: flags, libraries, header wheels
             unit = BuildUnit.for_task(task, files, "variant")
-            # whether it compiles, not how fast it runs: device code unoptimized and no ptxas (PTX only)
-            # make the build a few times faster (grading a variant on the GPU builds it with the
-            # task's own flags, to SASS)
             units.append(dataclasses.replace(unit, flags=(*unit.flags, *COMPILE_ONLY), facts=False, ptx_only=True))
     results = build.build_all(units)  # notebooks and torch extensions are built by their own kinds
     # a library or header wheel this machine lacks (cuBLAS, the cuDNN frontend) is reported, as
@@ -102,26 +147,32 @@ def test_build_time_variant_is_caught_without_a_gpu(lab: str, name: str) -> None
 
 
 @pytest.fixture(scope="module")
-def results() -> Callable[[str], dict[str, TaskResult]]:
-    """A lab's graded variants, by name: each lab is graded once, when its first variant is checked."""
-    gpu = toolchain.has_gpu()
+def results() -> Callable[[str, str], TaskResult]:
+    """A variant's result. With a GPU each lab is graded once (broken.grade_lab), when its first
+    variant is checked; without one, each of the lab's grading runs (RUNS, grade_lab's there) is
+    made once, when its first variant is checked."""
     graded: dict[str, dict[str, TaskResult]] = {}
 
-    def of(lab: str) -> dict[str, TaskResult]:
-        if lab not in graded:
-            graded[lab] = broken.grade_lab(lab, gpu)
-        return graded[lab]
+    def of(lab: str, name: str) -> TaskResult:
+        if GPU:
+            if lab not in graded:
+                graded[lab] = broken.grade_lab(lab, GPU)
+            return graded[lab][name]
+        run = _graded_with(lab, name)
+        if run not in graded:
+            graded[run] = broken.grade(lab, next(r for r in RUNS[lab] if name in r), sanitize=False)
+        return graded[run][name]
 
     return of
 
 
-@pytest.mark.parametrize(("lab", "name"), _each(lambda b: sorted(b.VARIANTS), gpu_marks=True))
-def test_broken_variant_is_caught(lab: str, name: str, results: Callable[[str], dict[str, TaskResult]]) -> None:
-    if broken.needs_gpu(lab, name) and not toolchain.has_gpu():
+@pytest.mark.parametrize(("lab", "name"), _each(lambda b: sorted(b.VARIANTS), gpu_marks=True, grouped=True))
+def test_broken_variant_is_caught(lab: str, name: str, results: Callable[[str, str], TaskResult]) -> None:
+    if broken.needs_gpu(lab, name) and not GPU:
         pytest.skip("no NVIDIA GPU: this variant can only be graded on one")
     need, seen = broken.task_of(lab, name).gpus, toolchain.visible_gpu_count()
     if need > seen:
         pytest.skip(f"its task needs {need} GPUs; this machine shows {toolchain.gpus_seen()}")
-    r = results(lab)[name]
+    r = results(lab, name)
     assert not (why := broken.missed(lab, name, r)), why
     print(f"{lab}/{name}: {r.verdict}: {r.message.splitlines()[0] if r.message else ''}")

@@ -153,7 +153,37 @@ def test_ensure_tiny_model_trains_only_when_missing(
     quick = small(tiny_train, steps=3)  # made before the patch below, which small() would see
     monkeypatch.setattr(tiny_train, "TrainConfig", lambda: quick)
     out = tmp_path / "models" / "tiny-llama"
-    assert tiny_train.ensure_tiny_model(out, said.append) == out
+    started: list[int] = []
+    # on_train runs once training is decided, after the line that says so and before any step
+    assert tiny_train.ensure_tiny_model(out, said.append, on_train=lambda: started.append(len(said))) == out
     assert tiny_train.is_usable(out)
     assert str(out) in said[0] and "training" in said[0]  # says what it makes and where, before it starts
     assert said[-1].startswith(f"lab5: saved {out}")
+    assert started == [1]
+    assert tiny_train.ensure_tiny_model(out, said.append, on_train=lambda: started.append(-1)) == out
+    assert started == [1]  # there now: nothing trained, on_train not called
+
+
+def test_batches_are_the_rows_the_seeded_offsets_pick(tiny_train: ModuleType) -> None:
+    """A batch is one gather at offsets drawn per step from the seeded generator: the same rows as
+    slicing the stream at each offset, and the same offsets whether drawn one step at a time or
+    all up front, so the training on the CPU gives the weights it gave before batches were gathered."""
+    import torch
+
+    cfg = small(tiny_train)
+    data = torch.arange(5000) * 7 % 300
+    gen, again = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    offsets = torch.stack([tiny_train._starts(data, cfg, gen) for _ in range(4)])
+    for starts in offsets:
+        expected = torch.stack([data[s : s + cfg.context + 1] for s in tiny_train._starts(data, cfg, again).tolist()])
+        x, y = tiny_train._rows(data, starts, cfg)
+        assert torch.equal(x, expected[:, :-1]) and torch.equal(y, expected[:, 1:])
+
+
+def test_training_records_where_its_seconds_went(trained: Any) -> None:
+    assert list(trained.phases) == ["imports", "text", "model", "steps", "evaluation", "save"]
+    assert all(v >= 0 for v in trained.phases.values())
+    assert sum(trained.phases.values()) == pytest.approx(trained.seconds, abs=0.05)  # one after another, t0 to saved
+    record = json.loads((trained.out / "tiny.json").read_text())
+    assert set(record["phases"]) == set(trained.phases)
+    assert any("set up in" in line for line in trained.log)

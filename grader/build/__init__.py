@@ -4,6 +4,9 @@ their kernels at run time through it, and share its cache, flags and error messa
 
 from __future__ import annotations
 
+import functools
+import shutil
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,26 +16,37 @@ class BuildError(Exception):
 
 
 def shared_library(
-    name: str, sources: Sequence[Path], *, group: str, stem: str, include_dirs: Sequence[Path] = ()
+    name: str,
+    sources: Sequence[Path],
+    *,
+    group: str,
+    stem: str,
+    include_dirs: Sequence[Path] = (),
+    split_compile: bool = False,
 ) -> Path:
     """`sources` compiled with the course's flags and linked into one shared library under
     `.build/<group>/`, its name starting with `stem`; the library's path. Built once per set of
     inputs (sources, headers, flags, toolkit): later calls, in any process, find it built.
-    `name` says what is built in error messages. Raises BuildError."""
+    `name` says what is built in error messages. Raises BuildError.
+
+    `split_compile`: nvcc spreads each source's optimizer and ptxas work over every core (see
+    split_compile_flags), for a library of a few sources that each instantiate many kernels."""
     from grader import toolchain
     from grader.build.nvcc import BuildUnit, build_all
 
-    # nothing reads rules' facts from these libraries: leave out the SASS and object scans
-    unit = BuildUnit(
-        name=name,
-        sources=tuple(sources),
-        group=group,
-        stem=stem,
-        include_dirs=tuple(include_dirs),
-        facts=False,
-        sass=False,
-    )
     try:
+        flags = split_compile_flags() if split_compile else ()
+        # nothing reads rules' facts from these libraries: leave out the SASS and object scans
+        unit = BuildUnit(
+            name=name,
+            sources=tuple(sources),
+            group=group,
+            stem=stem,
+            flags=flags,
+            include_dirs=tuple(include_dirs),
+            facts=False,
+            sass=False,
+        )
         result = build_all([unit])[unit]
     except toolchain.ToolchainError as e:
         raise BuildError(f"cannot build {name}: {e}") from None
@@ -40,3 +54,33 @@ def shared_library(
         files = ", ".join(s.name for s in sources)
         raise BuildError(f"building {name} ({files}) failed: {result.error}")
     return result.lib
+
+
+@functools.cache
+def split_compile_flags() -> tuple[str, ...]:
+    """nvcc's flags that compile one translation unit on several threads, those this toolkit knows.
+
+    nvcc compiles a source's kernels one after the other, in its optimizer (cicc) and in ptxas: a
+    source that instantiates a hundred kernel templates takes a minute on one core while the others
+    idle. `--split-compile=0` spreads the optimizer's work over every core, and ptxas's own
+    `--split-compile=0` its kernels (CUDA 12.x and later; NVIDIA documents no more than a minimal
+    effect on the code). Flags a toolkit does not list in its --help are left out, so an older one
+    still builds, serially. They are part of the build key, as every flag is."""
+    from grader import toolchain
+
+    nvcc = toolchain.find_nvcc()
+    flags: list[str] = []
+    if "--split-compile" in _help(str(nvcc)):
+        flags.append("--split-compile=0")
+        ptxas = shutil.which("ptxas", path=str(nvcc.resolve().parent)) or shutil.which("ptxas")
+        if ptxas and "--split-compile" in _help(ptxas):
+            flags += ["-Xptxas", "--split-compile=0"]
+    return tuple(flags)
+
+
+def _help(tool: str) -> str:
+    try:
+        out = subprocess.run([tool, "--help"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout + out.stderr

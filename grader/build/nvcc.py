@@ -32,6 +32,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -530,7 +531,9 @@ def _run_builds(plans: list[_Plan], arch: str, jobs: int | None, nvcc: Path, con
             if all(p.exists() for p in inputs):
                 subprocess.run(["/bin/sh", "-c", cmd], cwd=paths.BUILD, check=False)
         return
-    build_file = paths.BUILD / f"build-{os.getpid()}.ninja"
+    # per process and thread: two threads of one process (a lab's compiler building its kernels in
+    # the background) may run builds of different units at once
+    build_file = paths.BUILD / f"build-{os.getpid()}-{threading.get_native_id()}.ninja"
     lines = ["rule sh", "  command = /bin/sh -c $cmd", "  description = nvcc $out", ""]
     for outputs, inputs, cmd in steps:
         outs = " ".join(_ninja_escape(str(p)) for p in outputs)
@@ -575,7 +578,7 @@ def _finish(plan: _Plan, tk: Toolkit) -> BuildResult:
     logs = [work / f"{i}.log" for i, _ in _compiled(plan)] + [work / "link.log"]
     parts = [f.read_text(errors="replace") for f in logs if f.exists()]
     log = "\n".join(p for p in parts if p)
-    plan.log.write_text(log)
+    _write_whole(plan.log, log)
     unit = plan.unit
     ok = (work / "lib.so").exists()
     try:
@@ -591,7 +594,7 @@ def _finish(plan: _Plan, tk: Toolkit) -> BuildResult:
                 unit=unit,
             )
         record = _record(plan, tk, log)
-        plan.record.write_text(json.dumps(record))
+        _write_whole(plan.record, json.dumps(record))
         os.replace(work / "lib.so", plan.lib)
         return BuildResult(
             unit.sources[0],
@@ -604,6 +607,16 @@ def _finish(plan: _Plan, tk: Toolkit) -> BuildResult:
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """`text` into `path` whole or not at all: two processes (make check's pytest-xdist workers)
+    may build the same unit at once, and one must never read the other's record half written
+    (a cache lookup would only rebuild, but a task process reading its library's facts would
+    judge the rules without them)."""
+    part = path.with_name(f"{path.name}.{os.getpid()}")
+    part.write_text(text)
+    part.replace(path)
 
 
 # --- the record: what the build read, compiled and links --------------------------------------

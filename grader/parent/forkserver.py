@@ -30,8 +30,12 @@ def socket_path() -> Path:
     """One server per user, interpreter, grader version and set of visible GPUs (so that the
     workers of a batch, one per GPU, each have their own), and per checkout and environment as
     they exist on disk: a checkout deleted and cloned again at the same path (its .venv too) must
-    not reach a server still running from the old one, whose working folder and files are gone."""
+    not reach a server still running from the old one, whose working folder and files are gone.
+    Each pytest-xdist worker of `make check` has its own too: a server forks one task process at a
+    time and waits for it, so two workers sharing one would grade in turns (and a task process
+    waiting for its build would hold up the other worker's grading)."""
     h = hashlib.sha256(sys.executable.encode() + os.environ.get("CUDA_VISIBLE_DEVICES", "*").encode())
+    h.update(os.environ.get("PYTEST_XDIST_WORKER", "").encode())
     for folder in (paths.ROOT, Path(sys.prefix)):
         st = folder.stat()
         h.update(f"{st.st_dev}:{st.st_ino}".encode())

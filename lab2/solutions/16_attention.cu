@@ -1,4 +1,4 @@
-// Lab 2 · Task 16 — Attention: scores in memory, then flash-attention's fused online softmax
+// Lab 2 · Task 16 — Attention: scores in memory, flash-attention's fused online softmax, then on tensor cores
 //
 // Implement: the kernels of the chapter's attention ladder. Rung 1, three kernels with the
 //            scores in global memory: scores_kernel (S = Q K^T / sqrt(D) for every query and
@@ -7,28 +7,47 @@
 //            score: attention_fused_kernel (one block per head and tile of BR query rows, one
 //            thread per query row; tiles of BC keys and values staged in shared memory; a
 //            running max, a running sum and the output row kept in registers and rescaled
-//            whenever the max grows; key tiles past the diagonal skipped when causal). The warp
-//            reductions, the block-to-tile mapping and the host code of both rungs are given.
-// Contract:  Q, K and V are DEVICE float32 tensors of shape (BH, T, D) (BH = batch x heads, T
-//            tokens, D the head dimension), contiguous, 16-byte aligned (as cudaMalloc and
-//            torch give them), read-only; O, of the same shape, is written and overlaps none of
-//            them. D must be 64 (HEAD_DIM; any other value returns cudaErrorInvalidValue and
-//            launches nothing). 1 <= BH <= 65535, 1 <= T <= 65535 and BH * T * D < 2^31.
-//            causal is 0 or 1. O[b][i] = sum over j of P[b][i][j] V[b][j], with
-//            P[b][i][.] = softmax over j of (Q[b][i] . K[b][j] / sqrt(D) + mask[i][j]) and
-//            mask[i][j] = -inf where causal and j > i (token i sees tokens 0..i), else 0. Any
-//            finite inputs: no overflow for scores in the hundreds. Rung 1 keeps BH * T * T floats
-//            of scratch in device memory (a static buffer that grows; 512 MiB at BH = 32,
-//            T = 2048) and returns the allocation error when that does not fit. Each entry point
-//            launches on the default stream, returns the first error and does not synchronize
-//            (except once, when rung 1's scratch grows).
+//            whenever the max grows; key tiles past the diagonal skipped when causal). Rung 3,
+//            FlashAttention-2's forward pass on the tensor cores (sm_80 and later), in half
+//            precision: attention_mma_kernel, one warp per 16 query rows, and its pieces: scores
+//            (S = Q K^T with mma.sync m16n8k16, K's fragments by ldmatrix from swizzled shared
+//            memory), mask_scores (the causal and tail mask), online_softmax (on the accumulator
+//            registers, the row statistics shared by the 4 lanes of a quad), pack2 and pv (P
+//            rounded to the input type and reused in its registers as the A operand of O += P V),
+//            and the kernel's two-stage cp.async pipeline over the tiles of K and V. The warp
+//            reductions, the block-to-tile mapping, rung 3's PTX wrappers, swizzle, tile copies, Q
+//            loads and O stores, and the host code of every rung are given.
+// Contract:  Q, K and V are DEVICE tensors of shape (BH, T, D) (BH = batch x heads, T tokens, D
+//            the head dimension), contiguous, 16-byte aligned (as cudaMalloc and torch give them),
+//            read-only; O, of the same shape and type, is written and overlaps none of them.
+//            1 <= BH <= 65535, 1 <= T <= 65535 and BH * T * D < 2^31. causal is 0 or 1.
+//            O[b][i] = sum over j of P[b][i][j] V[b][j], with P[b][i][.] = softmax over j of
+//            (Q[b][i] . K[b][j] / sqrt(D) + mask[i][j]) and mask[i][j] = -inf where causal and
+//            j > i (token i sees tokens 0..i), else 0. Any finite inputs: no overflow for scores in
+//            the hundreds. attention_1 and attention_2 take float32 tensors and D = 64 (HEAD_DIM);
+//            attention_3 takes float16 (half) and attention_3_bf16 bfloat16 (__nv_bfloat16)
+//            tensors and D = 64 or 128. Any other D returns cudaErrorInvalidValue and launches
+//            nothing. Rung 3 computes the scores, their scale, the softmax's running max and sum
+//            and the products P V in float32 (P itself rounded to the input type, as the operand
+//            of the tensor cores), and rounds O to its type once, at the end; below compute
+//            capability 8.0 it returns cudaErrorNotSupported. Rung 1 keeps BH * T * T floats of
+//            scratch in device memory (a static buffer that grows; 512 MiB at BH = 32, T = 2048)
+//            and returns the allocation error when that does not fit. Each entry point launches on
+//            the default stream, returns the first error and does not synchronize (except once,
+//            when rung 1's scratch grows).
 // Test:      make test-lab2 TASK=16
 
 #include "course.h"
 #include "course_scratch.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <atomic>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <type_traits>
 
 constexpr int HEAD_DIM = 64;                       // D: the only head dimension the entry points accept
 [[maybe_unused]] constexpr int D4 = HEAD_DIM / 4;  // float4s per row of Q, K, V and O (rung 2)
@@ -140,11 +159,14 @@ struct QueryTile {
     int row0;  // first query row, a multiple of BR
 };
 
-__device__ __forceinline__ QueryTile query_tile(int BH, int T) {
-    const int tiles = (T + fa::BR - 1) / fa::BR;
+template <int BR>  // query rows per block (rung 3's is a template parameter)
+__device__ __forceinline__ QueryTile query_tile_of(int BH, int T) {
+    const int tiles = (T + BR - 1) / BR;
     const int t = tiles - 1 - (int)(blockIdx.x / BH);
-    return {(int)(blockIdx.x % BH), t * fa::BR};
+    return {(int)(blockIdx.x % BH), t * BR};
 }
+
+__device__ __forceinline__ QueryTile query_tile(int BH, int T) { return query_tile_of<fa::BR>(BH, T); }
 
 // Q, K, V (BH, T, D) -> O (BH, T, D); qscale = log2(e) / sqrt(D)
 __global__ void __launch_bounds__(fa::BR) attention_fused_kernel(const float* __restrict__ Q,
@@ -253,6 +275,382 @@ __global__ void __launch_bounds__(fa::BR) attention_fused_kernel(const float* __
 }
 
 // ---------------------------------------------------------------------------------------------
+// Rung 3 · tensor cores: FlashAttention-2's forward pass (sm_80 and later). Q, K, V and O in half
+// precision, E = half (float16) or __nv_bfloat16, D = 64 or 128. One block of WARPS warps per
+// head and tile of BR = 16 * WARPS query rows; warp w owns rows 16 w .. 16 w + 15 of the tile and
+// keeps their Q fragments, their output accumulators and their softmax statistics in registers.
+// Per tile of BC keys: S = Q K^T with mma.sync m16n8k16 (float accumulators), the mask, the online
+// softmax on S's accumulator registers, P rounded to E and reused in place as the A operand of
+// O += P V. K and V come through a two-stage cp.async pipeline into XOR-swizzled shared memory.
+// ---------------------------------------------------------------------------------------------
+
+// Rung 3's shape for head dimension D_: given, because the host code launches with it.
+template <int D_, int WARPS_ = 4, int BC_ = 64, int MINB_ = 2>
+struct Flash {
+    static constexpr int D = D_;                 // head dimension
+    static constexpr int WARPS = WARPS_;         // warps per block, 16 query rows each
+    static constexpr int BR = 16 * WARPS;        // query rows per block
+    static constexpr int BC = BC_;               // keys per K and V tile
+    static constexpr int THREADS = WARPS * WARP;
+    static constexpr int CPR = D / 8;            // 16-byte chunks (8 elements) per row of K or V
+    static constexpr int KD = D / 16;            // k slices of S = Q K^T, 16 of d each
+    static constexpr int NS = BC / 8;            // n8 tiles of a warp's S (8 keys each)
+    static constexpr int NO = D / 8;             // n8 tiles of a warp's O (8 of d each)
+    static constexpr int TILE = BC * D;          // elements of one K or V tile
+    static constexpr int SMEM_BYTES = 2 * 2 * TILE * 2;  // two stages of K and V, 2 bytes an element
+    // blocks an SM must be able to hold at once (__launch_bounds__): occupancy traded for registers
+    static constexpr int MIN_BLOCKS = MINB_;
+    static_assert(D % 16 == 0 && BC % 16 == 0 && CPR >= 8, "whole mma slices; rows of at least 128 bytes");
+    static_assert(BC * CPR % THREADS == 0, "every thread copies as many chunks of a tile");
+};
+
+// ---------------------------------------------------------------------------------------------
+// Given to rung 3: the swizzle and the PTX of task 15's rung 3, the mma for both types, and the
+// loads and stores that are not the lesson. The instructions exist from sm_80 on (ldmatrix from
+// sm_75); for an older target they compile to nothing and attention_3 refuses to launch.
+// ---------------------------------------------------------------------------------------------
+
+// Where chunk `chunk` (8 elements, 16 bytes) of row `row` of a shared tile with CPR chunks per row
+// lies, as an offset in elements from the tile's start: task 15's swizzle. The tile is unpadded;
+// the chunk's index is XOR-ed with bits of the row. A 128-byte line of shared memory holds 8 slots
+// of 16 bytes (one per group of 4 banks); ldmatrix reads 8 rows of 16 bytes per phase and is
+// conflict-free when they sit in 8 different slots. K's and V's rows are 128 (D = 64) or 256 bytes
+// (D = 128), CPR >= 8: every row starts a new line, so without the swizzle 8 consecutive rows at
+// one chunk share a slot (8-way conflict); chunk ^ (row % 8) gives them 8 different slots. The
+// copies into the tile and the ldmatrix reads must both go through this function.
+template <int CPR>
+__host__ __device__ constexpr int swizzle(int row, int chunk) {
+    static_assert(CPR >= 2 && (CPR & (CPR - 1)) == 0, "a power of two chunks per row");
+    if constexpr (CPR >= 8)
+        return (row * CPR + (chunk ^ (row & 7))) * 8;
+    else
+        return (row * CPR + (chunk ^ ((row / (8 / CPR)) & (CPR - 1)))) * 8;
+}
+static_assert(swizzle<8>(3, 1) == (3 * 8 + 2) * 8 && swizzle<16>(3, 9) == (3 * 16 + 10) * 8, "the worked examples");
+
+// cp.async.cg.shared.global: copies 16 bytes from global memory (gmem, 16-byte aligned) to shared
+// memory (smem, 16-byte aligned) without passing through registers and without waiting: the
+// copy lands later (see cp_async_wait). src_bytes is 16 or 0: with 0 nothing is read from gmem
+// and the 16 bytes at smem are zeroed (keep gmem a valid address anyway). .cg: cached in L2 only.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes) : "memory");
+#endif
+}
+
+// Closes the group of this thread's cp.asyncs issued since the last commit (an empty group if
+// there were none: it still counts).
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Waits until at most N of this thread's committed groups are still in flight: all older groups
+// have landed in shared memory. Only the calling thread's copies: the other threads' become
+// visible after a __syncthreads() that every thread reaches after its own wait.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// ldmatrix.x4: the warp loads four 8 x 8 matrices of 16-bit elements from shared memory. Lanes
+// 8i .. 8i + 7 give the addresses of matrix i's 8 rows (16 bytes each, 16-byte aligned), and lane l
+// receives in r[i] the two elements at row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of matrix i:
+// the layout of mma.sync's A fragment, and of its B fragment for a tile stored n-major (k contiguous).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const void* row) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+#endif
+}
+
+// ldmatrix.x4.trans: the same rows, each matrix transposed on the way: lane l receives the two
+// elements at rows 2 (l % 4) and 2 (l % 4) + 1 of column l / 4. From a tile stored k-major (its rows
+// are k), that is mma.sync's B fragment: two values of consecutive k for one n.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const void* row) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+#endif
+}
+
+// d = a · b + d for one 16 x 8 tile, k = 16, with elements of type E (half or __nv_bfloat16): A
+// 16 x 16 (row-major fragment, four registers of two elements), B 16 x 8 (the .col fragment, two
+// registers), d four floats. With g = lane / 4 and t = lane % 4: a[0] = A[g][2t, 2t+1],
+// a[1] = A[g+8][2t, 2t+1], a[2] = A[g][2t+8, 2t+9], a[3] = A[g+8][2t+8, 2t+9];
+// b[0] = B[2t, 2t+1][g], b[1] = B[2t+8, 2t+9][g]; d[0], d[1] = D[g][2t, 2t+1],
+// d[2], d[3] = D[g+8][2t, 2t+1]. In each register the element of the lower column (or row, for B)
+// is in the low 16 bits. Warp-collective: all 32 lanes.
+template <typename E>
+__device__ __forceinline__ void mma_m16n8k16(float* d, const uint32_t* a, const uint32_t* b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    if constexpr (std::is_same_v<E, half>) {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    } else {
+        static_assert(std::is_same_v<E, __nv_bfloat16>, "rung 3 takes half or __nv_bfloat16");
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+#endif
+}
+
+// Keys k0 .. k0 + BC - 1 of one head's K and V (rows of D elements) into one stage, Ks and Vs, each
+// BC rows of CPR chunks laid out by swizzle<CPR>. Consecutive threads take consecutive chunks of a
+// row (coalesced): thread i copies chunk i % CPR of rows i / CPR + n ROWS. ROWS is a multiple of 8,
+// so all of a thread's chunks keep the swizzle of its first: their places, like their sources, lie
+// a constant distance apart. A key at or past T gets zeros (src_bytes 0, the source kept a valid
+// address): its score is masked anyway, but its row of V is multiplied by p = 0, and 0 times
+// whatever shared memory held may be NaN.
+template <typename F, typename E>
+__device__ __forceinline__ void load_kv_tile(E* Ks, E* Vs, const E* K, const E* V, int k0, int T) {
+    constexpr int ROWS = F::THREADS / F::CPR;  // rows one pass of the block copies
+    static_assert(ROWS % 8 == 0 && F::BC % ROWS == 0, "whole passes that keep the swizzle");
+    const int row = (int)threadIdx.x / F::CPR, chunk = (int)threadIdx.x % F::CPR;
+    const int dst = swizzle<F::CPR>(row, chunk);
+    const size_t src = (size_t)(k0 + row) * F::D + chunk * 8;
+#pragma unroll
+    for (int n = 0; n < F::BC / ROWS; ++n) {
+        const bool inside = k0 + row + n * ROWS < T;
+        cp_async_16(Ks + dst + n * ROWS * F::D, inside ? K + src + n * ROWS * F::D : K, inside ? 16 : 0);
+        cp_async_16(Vs + dst + n * ROWS * F::D, inside ? V + src + n * ROWS * F::D : V, inside ? 16 : 0);
+    }
+}
+
+// The warp's 16 rows of Q as mma.sync A fragments, read once straight from global memory (each row
+// is read by one block only): for slice kk (d = 16 kk .. 16 kk + 15), lane (g, t) holds
+// Q[r][16kk + 2t, +1], Q[r + 8][16kk + 2t, +1], Q[r][16kk + 8 + 2t, +1] and Q[r + 8][16kk + 8 + 2t, +1],
+// r = the warp's first row + g. Q points at the head's first row; rows at or past T are zeros.
+template <typename F, typename E>
+__device__ __forceinline__ void load_q_fragments(uint32_t (&qf)[F::KD][4], const E* Q, int r, int T) {
+    const int t = (int)threadIdx.x % 4;
+    const bool in0 = r < T, in8 = r + 8 < T;
+    const uint32_t* q0 = reinterpret_cast<const uint32_t*>(Q + (size_t)(in0 ? r : 0) * F::D + 2 * t);
+    const uint32_t* q8 = reinterpret_cast<const uint32_t*>(Q + (size_t)(in8 ? r + 8 : 0) * F::D + 2 * t);
+#pragma unroll
+    for (int kk = 0; kk < F::KD; ++kk) {  // a register is 2 elements: column 16 kk is word 8 kk
+        qf[kk][0] = in0 ? __ldg(q0 + 8 * kk) : 0u;
+        qf[kk][1] = in8 ? __ldg(q8 + 8 * kk) : 0u;
+        qf[kk][2] = in0 ? __ldg(q0 + 8 * kk + 4) : 0u;
+        qf[kk][3] = in8 ? __ldg(q8 + 8 * kk + 4) : 0u;
+    }
+}
+
+template <typename E>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi);
+
+// Rows r and r + 8 of O from the warp's accumulators: lane (g, t) holds O[r][8n + 2t, +1] in
+// o[n][0..1] and O[r + 8][8n + 2t, +1] in o[n][2..3]. Each pair is multiplied by its row's 1 / l,
+// rounded to E with pack2 and stored as one 32-bit word. O points at the head's first row; rows at
+// or past T are not stored.
+template <typename F, typename E>
+__device__ __forceinline__ void store_o(E* O, const float (&o)[F::NO][4], float inv0, float inv8, int r, int T) {
+    const int t = (int)threadIdx.x % 4;
+#pragma unroll
+    for (int n = 0; n < F::NO; ++n) {
+        const int col = 8 * n + 2 * t;
+        if (r < T) *reinterpret_cast<uint32_t*>(O + (size_t)r * F::D + col) = pack2<E>(o[n][0] * inv0, o[n][1] * inv0);
+        if (r + 8 < T)
+            *reinterpret_cast<uint32_t*>(O + (size_t)(r + 8) * F::D + col) = pack2<E>(o[n][2] * inv8, o[n][3] * inv8);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rung 3's pieces. In all of them a warp works on its 16 query rows; lane (g, t) = (lane / 4,
+// lane % 4) holds, of every 16 x 8 accumulator tile, row g in elements [0], [1] (columns 2t, 2t+1)
+// and row g + 8 in [2], [3]: the 4 lanes of a quad (same g) share two rows.
+// ---------------------------------------------------------------------------------------------
+
+// Two floats as one register of two E's, each rounded to nearest: lo in the low 16 bits.
+template <typename E>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+    // TODO(lab2/16) begin: lo and hi rounded to E (half or __nv_bfloat16), lo in the low 16 bits; see the chapter's attention ladder, rung 3; about 8 lines.
+    if constexpr (std::is_same_v<E, half>) {
+        const half2 v = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<const uint32_t*>(&v);
+    } else {
+        const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<const uint32_t*>(&v);
+    }
+    //~ return 0u;
+    // TODO(lab2/16) end
+}
+
+// s = the warp's 16 x BC tile of S = Q K^T (raw dot products, not yet scaled): s[j] is the 16 x 8
+// accumulator tile of keys 8j .. 8j + 7 of the stage Ks.
+template <typename F, typename E>
+__device__ __forceinline__ void scores(float (&s)[F::NS][4], const uint32_t (&qf)[F::KD][4], const E* Ks) {
+    // TODO(lab2/16) begin: s = 0, then per slice of 16 of d and per 16 keys one ldmatrix_x4 of K's fragments from the swizzled stage and two mma_m16n8k16<E>; see the chapter's attention ladder, rung 3; about 15 lines.
+    const int lane = (int)threadIdx.x % WARP;
+#pragma unroll
+    for (int j = 0; j < F::NS; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+    // K^T's .col fragment wants pairs of consecutive d for one key: that is a row of Ks, read as it
+    // is stored (no .trans). Lanes 0-7 and 8-15 point at keys 0-7 of the pair of n8 tiles, at the
+    // slice's first and second chunk of d (b[0] and b[1] of the first tile), lanes 16-31 at keys 8-15.
+    const int krow = (lane & 7) + ((lane >> 4) << 3), kchunk = (lane >> 3) & 1;
+#pragma unroll
+    for (int kk = 0; kk < F::KD; ++kk) {
+#pragma unroll
+        for (int j = 0; j < F::NS; j += 2) {
+            uint32_t kf[4];
+            ldmatrix_x4(kf, Ks + swizzle<F::CPR>(8 * j + krow, 2 * kk + kchunk));
+            mma_m16n8k16<E>(s[j], qf[kk], kf);
+            mma_m16n8k16<E>(s[j + 1], qf[kk], kf + 2);
+        }
+    }
+    // TODO(lab2/16) end
+}
+
+// -inf for the scores a query must not see in the tile of keys k0 .. k0 + BC - 1: keys at or past T,
+// and, when causal, keys past the query's own row. r is the row of this lane's s[.][0..1] (r + 8
+// that of s[.][2..3]). The kernel calls it only for the tiles that need it.
+template <typename F>
+__device__ __forceinline__ void mask_scores(float (&s)[F::NS][4], int k0, int r, int T, int causal) {
+    // TODO(lab2/16) begin: -INFINITY for each of this lane's scores whose key is at or past T or, when causal, past its query's row; see the chapter's attention ladder, rung 3; about 8 lines.
+    const int t = (int)threadIdx.x % 4;
+#pragma unroll
+    for (int j = 0; j < F::NS; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int key = k0 + 8 * j + 2 * t + e;
+            if (key >= T || (causal && key > r)) s[j][e] = -INFINITY;
+            if (key >= T || (causal && key > r + 8)) s[j][2 + e] = -INFINITY;
+        }
+    }
+    // TODO(lab2/16) end
+}
+
+// One tile's online-softmax step for rows r and r + 8 (h = 0 and 1). Turns the scores s into
+// p = exp2(s c - m_new) in place, c = log2(e) / sqrt(D), m_new the running max (log2 units) over
+// the keys seen so far; rescales l (this lane's part of the row's sum) and the output accumulators
+// o by exp2(m - m_new) before l takes the new terms; m becomes m_new.
+template <typename F>
+__device__ __forceinline__ void online_softmax(float (&s)[F::NS][4], float (&m)[2], float (&l)[2],
+                                               float (&o)[F::NO][4], float c) {
+    // TODO(lab2/16) begin: per row: the tile's max over the quad, the new running max, l and o rescaled to it, p = exp2 in place of s and added to l; see the chapter's attention ladder, rung 3; about 20 lines.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < F::NS; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
+        // the row's other columns are in the 3 other lanes of the quad
+        mx = fmaxf(mx, __shfl_xor_sync(FULL, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(FULL, mx, 2));
+        // finite from the first tile on: every row sees key 0 there (c > 0, so the max commutes)
+        const float m_new = fmaxf(m[h], mx * c);
+        const float alpha = exp2f(m[h] - m_new);  // 0 on the first tile (m = -inf); 1 when the max did not grow
+        l[h] *= alpha;
+#pragma unroll
+        for (int n = 0; n < F::NO; ++n) o[n][2 * h] *= alpha, o[n][2 * h + 1] *= alpha;  // the accumulators too
+#pragma unroll
+        for (int j = 0; j < F::NS; ++j) {
+            s[j][2 * h] = exp2f(fmaf(s[j][2 * h], c, -m_new));  // 0 for a masked score
+            s[j][2 * h + 1] = exp2f(fmaf(s[j][2 * h + 1], c, -m_new));
+            l[h] += s[j][2 * h] + s[j][2 * h + 1];
+        }
+        m[h] = m_new;
+    }
+    // TODO(lab2/16) end
+}
+
+// o += P V for one tile: P (16 x BC) is the warp's S accumulators after online_softmax, and
+// becomes the A operand of mma.sync without leaving the registers; V's fragments come from the
+// stage Vs.
+template <typename F, typename E>
+__device__ __forceinline__ void pv(float (&o)[F::NO][4], const float (&p)[F::NS][4], const E* Vs) {
+    // TODO(lab2/16) begin: P's accumulators repacked with pack2 as A fragments, V's fragments from the swizzled stage, o += P V with mma_m16n8k16<E>; see the chapter's attention ladder, rung 3; about 15 lines.
+    const int lane = (int)threadIdx.x % WARP;
+#pragma unroll
+    for (int kk = 0; kk < F::BC / 16; ++kk) {  // keys 16 kk .. 16 kk + 15: S's n8 tiles 2 kk and 2 kk + 1
+        // a[0]: row g, keys 2t, 2t+1 of the slice = tile 2 kk's [0], [1]; a[1]: row g + 8, its [2], [3];
+        // a[2] and a[3]: the same of tile 2 kk + 1 (keys 8 + 2t, 9 + 2t)
+        const uint32_t a[4] = {pack2<E>(p[2 * kk][0], p[2 * kk][1]), pack2<E>(p[2 * kk][2], p[2 * kk][3]),
+                               pack2<E>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                               pack2<E>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+        for (int n = 0; n < F::NO; n += 2) {
+            uint32_t vf[4];  // keys 0-7 and 8-15 of d chunk n (lanes 0-15), then of chunk n + 1 (lanes 16-31)
+            ldmatrix_x4_trans(vf, Vs + swizzle<F::CPR>(16 * kk + lane % 16, n + lane / 16));
+            mma_m16n8k16<E>(o[n], a, vf);
+            mma_m16n8k16<E>(o[n + 1], a, vf + 2);
+        }
+    }
+    // TODO(lab2/16) end
+}
+
+// Q, K, V (BH, T, D) -> O (BH, T, D), all of type E. F::THREADS threads per block and
+// F::SMEM_BYTES of dynamic shared memory: stages 0 and 1 of K's tile, then of V's.
+template <typename E, typename F>
+__global__ void __launch_bounds__(F::THREADS, F::MIN_BLOCKS)
+    attention_mma_kernel(const E* __restrict__ Q, const E* __restrict__ K, const E* __restrict__ V, E* __restrict__ O,
+                         int BH, int T, int causal) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    // No mma.sync m16n8k16 or cp.async before sm_80: an empty kernel, which attention_3 never launches.
+#else
+    // TODO(lab2/16) begin: the warp's Q fragments and its o, m and l; the key tiles (up to the block's last row when causal) through a two-stage cp.async pipeline; per tile scores, mask_scores where a tile needs it, online_softmax and pv; at the end O = o / l; see the chapter's attention ladder, rung 3; about 35 lines; try BH=1,T=1, BH=2,T=17 causal and BH=3,T=100, and run the sanitizer (racecheck).
+    extern __shared__ __align__(128) unsigned char smem_bytes[];
+    E* const Ks = reinterpret_cast<E*>(smem_bytes);  // stage s: Ks + s * F::TILE
+    E* const Vs = Ks + 2 * F::TILE;                   // stage s: Vs + s * F::TILE
+    const QueryTile tile = query_tile_of<F::BR>(BH, T);
+    const int wrow = tile.row0 + 16 * ((int)threadIdx.x / WARP);  // the warp's first query row
+    const int r = wrow + (int)threadIdx.x % WARP / 4;             // this lane's rows: r and r + 8
+    const size_t head = (size_t)tile.head * T * F::D;
+    Q += head, K += head, V += head, O += head;
+
+    uint32_t qf[F::KD][4];
+    load_q_fragments<F>(qf, Q, r, T);
+    float o[F::NO][4] = {};
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const float c = LOG2E / sqrtf((float)F::D);  // exp(x / sqrt(D)) = exp2(x c)
+
+    const int keys = causal ? min(T, tile.row0 + F::BR) : T;  // the keys any row of the block sees
+    const int tiles = (keys + F::BC - 1) / F::BC;
+    load_kv_tile<F>(Ks, Vs, K, V, 0, T);
+    cp_async_commit();
+    for (int j = 0; j < tiles; ++j) {
+        // Tile j's group is the only one this thread has in flight. After the wait its copies have
+        // landed; after the barrier everyone's have, and every warp is done with tile j - 1, whose
+        // stage the next copies overwrite.
+        cp_async_wait<0>();
+        __syncthreads();
+        if (j + 1 < tiles) {
+            const int next = (j + 1) % 2;
+            load_kv_tile<F>(Ks + next * F::TILE, Vs + next * F::TILE, K, V, (j + 1) * F::BC, T);
+            cp_async_commit();
+        }
+        const int k0 = j * F::BC;
+        float s[F::NS][4];
+        scores<F>(s, qf, Ks + (j % 2) * F::TILE);
+        if (k0 + F::BC > T || (causal && k0 + F::BC - 1 > wrow)) mask_scores<F>(s, k0, r, T, causal);
+        online_softmax<F>(s, m, l, o, c);
+        pv<F>(o, s, Vs + (j % 2) * F::TILE);
+    }
+
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // each lane of the quad added its quarter of the row's columns
+        l[h] += __shfl_xor_sync(FULL, l[h], 1);
+        l[h] += __shfl_xor_sync(FULL, l[h], 2);
+    }
+    store_o<F>(O, o, 1.0f / l[0], 1.0f / l[1], r, T);  // l >= 1: the row's largest term is exp2(0)
+    // TODO(lab2/16) end
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
 // The host side, given.
 // ---------------------------------------------------------------------------------------------
 
@@ -282,4 +680,52 @@ COURSE_API cudaError_t attention_2(const float* Q, const float* K, const float* 
     const float qscale = LOG2E / sqrtf((float)HEAD_DIM);
     attention_fused_kernel<<<(unsigned)BH * tiles, fa::BR>>>(Q, K, V, O, BH, T, causal, qscale);
     return cudaGetLastError();
+}
+
+// Rung 3's set-up, once per device and instantiation: refused unless the kernel was compiled for
+// sm_80 or later (read from the kernel itself, so a binary JIT-compiled from older PTX is refused
+// too), and the kernel's opt-in to its dynamic shared memory (64 KiB for D = 128: past the 48 KiB
+// default). Its success is remembered; a failure is tried again on the next call. Two threads may
+// both run it the first time; setting the same attribute twice is harmless.
+template <typename E, typename F>
+static cudaError_t rung3_ready() {
+    constexpr int MAX_DEVICES = 64;
+    static std::atomic<bool> ready[MAX_DEVICES];  // static storage: all false at start
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    const bool tracked = dev >= 0 && dev < MAX_DEVICES;
+    if (tracked && ready[dev].load(std::memory_order_acquire)) return cudaSuccess;
+    cudaFuncAttributes attr{};
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, attention_mma_kernel<E, F>));
+    if (attr.ptxVersion < 80) return cudaErrorNotSupported;
+    CUDA_CHECK(cudaFuncSetAttribute(attention_mma_kernel<E, F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    F::SMEM_BYTES));
+    if (tracked) ready[dev].store(true, std::memory_order_release);
+    return cudaSuccess;
+}
+
+template <typename E, typename F>
+static cudaError_t launch_rung3(const E* Q, const E* K, const E* V, E* O, int BH, int T, int causal) {
+    CUDA_CHECK((rung3_ready<E, F>()));  // cudaErrorNotSupported before sm_80
+    const unsigned tiles = (unsigned)(T + F::BR - 1) / F::BR;
+    attention_mma_kernel<E, F><<<(unsigned)BH * tiles, F::THREADS, F::SMEM_BYTES>>>(Q, K, V, O, BH, T, causal);
+    return cudaGetLastError();
+}
+
+// The dispatch on D: one instantiation of the kernel per head dimension (its loops unroll over D).
+template <typename E>
+static cudaError_t rung3(const E* Q, const E* K, const E* V, E* O, int BH, int T, int D, int causal) {
+    if (D == 64) return launch_rung3<E, Flash<64>>(Q, K, V, O, BH, T, causal);
+    if (D == 128) return launch_rung3<E, Flash<128>>(Q, K, V, O, BH, T, causal);
+    return cudaErrorInvalidValue;
+}
+
+COURSE_API cudaError_t attention_3(const half* Q, const half* K, const half* V, half* O, int BH, int T, int D,
+                                   int causal) {
+    return rung3(Q, K, V, O, BH, T, D, causal);
+}
+
+COURSE_API cudaError_t attention_3_bf16(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16* V,
+                                        __nv_bfloat16* O, int BH, int T, int D, int causal) {
+    return rung3(Q, K, V, O, BH, T, D, causal);
 }

@@ -934,6 +934,116 @@ VARIANTS: dict[str, Variant] = {
         " is satisfied)",
         mistake="missing barrier",
     ),
+    # Task 16, rung 3 (tensor cores: mma.sync, the online softmax on the accumulators, a cp.async
+    # pipeline). Each in its own BATCHES batch, none beside another variant of task 16: the four of
+    # batches 4 to 7 and three batches of their own at the end. None is a race: the sanitizer is not
+    # needed to see them.
+    "16_attention.mma_accumulators_not_rescaled": Variant(
+        "16_attention.cu",
+        [
+            (
+                "#pragma unroll\n"
+                "        for (int n = 0; n < F::NO; ++n) o[n][2 * h] *= alpha, o[n][2 * h + 1] *= alpha;"
+                "  // the accumulators too\n",
+                "",
+            )
+        ],
+        {"wrong"},
+        "wrong",
+        "rung 3 rescales its running sums l when a row's max grows but not the output accumulators o: the terms"
+        " of earlier tiles keep their size relative to the older, smaller max, too large against l. Right while"
+        " a row has one tile of 64 keys (T <= 64); from T = 100 on, wrong on the rows whose max grows in a later"
+        " tile",
+        mistake="no rescale",
+    ),
+    "16_attention.v_fragments_without_trans": Variant(
+        "16_attention.cu",
+        [("ldmatrix_x4_trans(vf, Vs + ", "ldmatrix_x4(vf, Vs + ")],
+        {"wrong"},
+        "wrong",
+        "rung 3 loads V's fragments with ldmatrix without .trans, as it loads K's: V's tile is key-major like K's,"
+        " but in P V the keys are the k of the product, and mma's .col operand wants pairs of consecutive keys for"
+        " one column of d, where a plain ldmatrix gives consecutive d for one key. Every 8 x 8 block of V is used"
+        " transposed: wrong from BH=1,T=1 on (there only the first d of every 8 is right)",
+        mistake="fragment layout",
+    ),
+    "16_attention.mma_causal_sees_next": Variant(
+        "16_attention.cu",
+        [
+            ("(causal && key > r))", "(causal && key > r + 1))"),
+            ("(causal && key > r + 8))", "(causal && key > r + 9))"),
+        ],
+        {"wrong"},
+        "wrong",
+        "rung 3's causal mask is off by one on the diagonal tile: the query of row r also sees key r + 1. Right on"
+        " every non-causal case and on BH=1,T=1 causal (there is no key 1); every causal case from T = 17 on is"
+        " wrong",
+        mistake="causal mask",
+    ),
+    "16_attention.tail_tile_left_unmasked": Variant(
+        "16_attention.cu",
+        [
+            (
+                "if (k0 + F::BC > T || (causal && k0 + F::BC - 1 > wrow)) mask_scores",
+                "if (causal && k0 + F::BC - 1 > wrow) mask_scores",  # the diagonal tile only
+            )
+        ],
+        {"wrong"},
+        "wrong",
+        "rung 3 masks only the tiles on the diagonal, as if the mask were there for causality alone: a partial"
+        " last tile of keys is left unmasked when it is not on the diagonal (non-causal), and its keys past T,"
+        " zero rows of K, get scores of 0 instead of -inf, so weights exp2(-m) that inflate l. Right on the causal"
+        " cases (their rows never reach past T) and on T = 64 and 1024; wrong from BH=1,T=1 on (the non-causal"
+        " cases with T % 64 != 0)",
+        mistake="key tail",
+    ),
+    "16_attention.kv_wait_count_off_by_one": Variant(
+        "16_attention.cu",
+        [
+            (
+                "        cp_async_wait<0>();\n",
+                "        cp_async_wait<1>();  // the next tile's copies may stay in flight\n",
+            )
+        ],
+        {"wrong"},
+        "wrong",
+        "rung 3 waits until at most one group is in flight instead of none: at the top of iteration j the only"
+        " group in flight is tile j's own, so the wait returns at once. Tile 0's fragments are read tens of cycles"
+        " after its copies were issued, from whatever shared memory held before (in practice every block of every case;"
+        " later tiles were issued a whole tile of work earlier and have usually landed)",
+        mistake="pipeline wait count",
+    ),
+    "16_attention.scale_one_over_d": Variant(
+        "16_attention.cu",
+        [("LOG2E / sqrtf((float)F::D)", "LOG2E / (float)F::D")],
+        {"wrong"},
+        "wrong",
+        "rung 3 scales the scores by 1/D instead of 1/sqrt(D) (log2(e) / 64 for D = 64): every row's weights come"
+        " out flatter, closer to the mean of V. Right on BH=1,T=1 (one key has weight 1 whatever its score);"
+        " wrong from T = 17 on",
+        mistake="scale",
+    ),
+    "16_attention.bf16_rounded_as_half": Variant(
+        "16_attention.cu",
+        [
+            (
+                "    if constexpr (std::is_same_v<E, half>) {\n"
+                "        const half2 v = __floats2half2_rn(lo, hi);\n"
+                "        return *reinterpret_cast<const uint32_t*>(&v);\n"
+                "    } else {\n"
+                "        const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);\n"
+                "        return *reinterpret_cast<const uint32_t*>(&v);\n"
+                "    }\n",
+                "    const half2 v = __floats2half2_rn(lo, hi);  // two 16-bit floats\n"
+                "    return *reinterpret_cast<const uint32_t*>(&v);\n",
+            )
+        ],
+        {"wrong"},
+        "wrong",
+        "rung 3's pack2 rounds to float16 for both types: attention_3 is right, attention_3_bf16 gets float16 bits"
+        " read as bfloat16, in P (mma's A operand) and in O (1.0 becomes 2^-7): wrong on every case",
+        mistake="bf16 conversion",
+    ),
     # --- task 09 (the numbers notebook). Each in its own batch (one variant of a task per grading run);
     # the checks run after the whole notebook, so each is graded at the notebook's own time limit.
     "09_numbers.loads_optimized_away": Variant(
@@ -1436,6 +1546,7 @@ BATCHES = [
         "08_inline_ptx.index_ignores_threadidx_y",
         "13_softmax.online_strides_by_blockdim",
         "15_tensor_core.wait_count_off_by_one",
+        "16_attention.mma_accumulators_not_rescaled",
     ],
     [
         "05_graph.bind_set_on_the_built_graph",
@@ -1443,9 +1554,22 @@ BATCHES = [
         "02_divergence.branches_spelled_by_macros",
         "03_waves.calculator_as_the_answer",
         "15_tensor_core.chunks_past_k_copied",
+        "16_attention.v_fragments_without_trans",
     ],
-    ["03_waves.registers_not_per_quarter", "15_tensor_core.b_without_trans", "12_scan.look_back_stops_at_nearest"],
-    ["03_waves.reserved_kilobyte_left_out", "12_scan.look_back_adds_past_the_prefix"],
+    [
+        "03_waves.registers_not_per_quarter",
+        "15_tensor_core.b_without_trans",
+        "12_scan.look_back_stops_at_nearest",
+        "16_attention.mma_causal_sees_next",
+    ],
+    [
+        "03_waves.reserved_kilobyte_left_out",
+        "12_scan.look_back_adds_past_the_prefix",
+        "16_attention.tail_tile_left_unmasked",
+    ],
+    ["16_attention.kv_wait_count_off_by_one"],
+    ["16_attention.scale_one_over_d"],
+    ["16_attention.bf16_rounded_as_half"],
 ]
 # graded with compute-sanitizer as well (one run per variant of a task: task 15 has two races)
 SANITIZED = [

@@ -12,7 +12,8 @@ unchanged under lab 5. The modules:
     kernels/    their CUDA kernels (tasks 02 and 03) and cuda.py, the lowerings (given)
     codegen.py  the `fused` operator: CUDA source generated per fused node, with a compile cache (given)
     fusion.py   the fusion pass (task 04)
-    pipeline.py `compile`: the passes, then an executor
+    pipeline.py `compile`: the passes, then an executor; `KernelBuild`: the CUDA kernels built
+                in the background (make generate compiles them while the tiny model trains)
 """
 
 from __future__ import annotations
@@ -26,6 +27,6 @@ except ImportError:  # run from lab5/ directly: lab 4's kiln is the sibling fold
     sys.path.append(str(Path(__file__).resolve().parents[2] / "lab4"))
 
 from kiln_llm import codegen, cpu, ops  # noqa: F401 (imported for their registrations)
-from kiln_llm.pipeline import compile
+from kiln_llm.pipeline import KernelBuild, compile
 
-__all__ = ["compile"]
+__all__ = ["KernelBuild", "compile"]

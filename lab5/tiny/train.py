@@ -97,6 +97,9 @@ class TrainResult:
     final_loss: float = math.nan  # mean training loss over the last log_every steps
     eval_loss: float = math.nan  # on stories the model never saw
     sample: str = ""  # greedy continuation of PROMPT
+    # where the seconds went, in order: "imports" (transformers), "text" (corpus, tokenizer, token
+    # streams), "model" (made and on its device), "steps", "evaluation" (held-out loss, sample), "save"
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 # --- tokenizer ---------------------------------------------------------------------------------------
@@ -165,12 +168,23 @@ def _lr(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
-def _batch(data: Any, cfg: TrainConfig, gen: Any) -> tuple[Any, Any]:
+def _starts(data: Any, cfg: TrainConfig, gen: Any) -> Any:
+    """Where one batch's rows begin in data: batch_size offsets drawn with gen (a CPU generator)."""
     import torch
 
-    starts = torch.randint(0, data.numel() - cfg.context - 1, (cfg.batch_size,), generator=gen)
-    rows = torch.stack([data[s : s + cfg.context + 1] for s in starts.tolist()])
+    return torch.randint(0, data.numel() - cfg.context - 1, (cfg.batch_size,), generator=gen)
+
+
+def _rows(data: Any, starts: Any, cfg: TrainConfig) -> tuple[Any, Any]:
+    """The batch whose rows begin at starts (on data's device): inputs and next-token targets."""
+    import torch
+
+    rows = data[starts[:, None] + torch.arange(cfg.context + 1, device=data.device)]  # (B, context + 1)
     return rows[:, :-1], rows[:, 1:]
+
+
+def _batch(data: Any, cfg: TrainConfig, gen: Any) -> tuple[Any, Any]:
+    return _rows(data, _starts(data, cfg, gen).to(data.device), cfg)
 
 
 def _loss(model: Any, x: Any, y: Any) -> Any:
@@ -192,7 +206,7 @@ def greedy(model: Any, tk: Any, prompt: str, max_new_tokens: int = 100) -> str:
         for _ in range(max_new_tokens):
             if len(ids) >= limit:
                 break
-            nxt = int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
+            nxt = int(model(input_ids=torch.tensor([ids], device=model.device)).logits[0, -1].argmax())
             if nxt == eos:
                 break
             ids.append(nxt)
@@ -224,13 +238,19 @@ def train(
     t0 = time.perf_counter()
     # seeds, threads and deterministic kernels are process-wide: set them for this run, then put them back
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    torch.set_num_threads(_threads())
+    filling = torch.utils.deterministic.fill_uninitialized_memory
+    cuda = cfg.chosen_device() == "cuda"
+    # on a GPU one CPU thread queues the work and the other cores stay free (make generate compiles
+    # its kernels on them meanwhile); the CPU's own training takes every core this process may use
+    torch.set_num_threads(1 if cuda else _threads())
     # on a GPU, cuBLAS is deterministic only with a fixed workspace, which must be set before its
     # first handle; where it is too late, the run is not bit-reproducible but still right
-    cuda = cfg.chosen_device() == "cuda"
     if cuda:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True, warn_only=cuda)
+    # deterministic mode also fills every new tensor with NaN, a kernel per allocation, against
+    # reads of memory nothing wrote; no op here reads such memory, so the fill changes no result
+    torch.utils.deterministic.fill_uninitialized_memory = False
     try:
         with torch.random.fork_rng(devices=[0] if cuda else []):
             torch.manual_seed(cfg.seed)
@@ -238,25 +258,42 @@ def train(
     finally:
         torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(deterministic)
+        torch.utils.deterministic.fill_uninitialized_memory = filling
 
 
 def _train(cfg: TrainConfig, out: Path, say: Log, t0: float) -> TrainResult:
     import torch
-    from transformers import PreTrainedTokenizerFast
+    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: F401 (build_model's too: timed here)
     from transformers.utils import logging as hf_logging
 
+    result = TrainResult(out=out, seconds=0.0)
+    lap = [t0]
+
+    def phase(name: str) -> None:  # the seconds since the last phase ended, as phase `name`
+        now = time.perf_counter()
+        result.phases[name] = now - lap[0]
+        lap[0] = now
+
+    phase("imports")
     text = corpus(cfg.n_stories, cfg.seed)
     tk = train_tokenizer(text, cfg.vocab_size)
-    data = torch.tensor(encode_stories(tk, text), dtype=torch.long)
-    held_out = torch.tensor(encode_stories(tk, corpus(max(cfg.n_stories // 20, 50), cfg.seed + 1)), dtype=torch.long)
-    bos_id, eos_id = tk.token_to_id(BOS), tk.token_to_id(EOS)
     device = cfg.chosen_device()
+    # the token streams live where the model does: a batch is one gather there, not a copy per step
+    data = torch.tensor(encode_stories(tk, text), dtype=torch.long, device=device)
+    held_out = torch.tensor(
+        encode_stories(tk, corpus(max(cfg.n_stories // 20, 50), cfg.seed + 1)), dtype=torch.long, device=device
+    )
+    phase("text")
+    bos_id, eos_id = tk.token_to_id(BOS), tk.token_to_id(EOS)
     model = build_model(cfg, tk.get_vocab_size(), bos_id, eos_id).to(device)
+    phase("model")
     n_params = sum(p.numel() for p in model.parameters())
     where = "the GPU" if device == "cuda" else f"{torch.get_num_threads()} CPU threads"
+    took = ", ".join(f"{k} {v:.1f} s" for k, v in result.phases.items())
     say(
         f"corpus {len(text) / 1e6:.2f} MB, {data.numel():,} tokens, vocab {tk.get_vocab_size()}; "
-        f"model {n_params / 1e6:.2f} M parameters; {cfg.steps} steps on {where}"
+        f"model {n_params / 1e6:.2f} M parameters; {cfg.steps} steps on {where} "
+        f"(set up in {sum(result.phases.values()):.0f} s: {took})"
     )
 
     # no weight decay on norms (1-D): shrinking their gains only fights the normalization
@@ -267,37 +304,50 @@ def _train(cfg: TrainConfig, out: Path, say: Log, t0: float) -> TrainResult:
         lr=cfg.lr,
         betas=(0.9, 0.95),
     )
+    # every batch's offsets drawn up front from the seeded CPU generator, the same numbers in the same
+    # order as one draw per step, and sent to the device once: a step then never waits for the host
     gen = torch.Generator().manual_seed(cfg.seed)
-    result = TrainResult(out=out, seconds=0.0)
-    window: list[float] = []
+    starts = torch.stack([_starts(data, cfg, gen) for _ in range(cfg.steps)]).to(device) if cfg.steps else None
+    window_size = max(1, cfg.log_every)
+    pending: list[Any] = []  # this stretch's losses, still on the device: read at each progress line
     model.train()
-    started = time.perf_counter()
+    started = lap[0]
     for step in range(cfg.steps):
         for group in opt.param_groups:
             group["lr"] = _lr(step, cfg)
-        x, y = _batch(data, cfg, gen)
-        loss = _loss(model, x.to(device), y.to(device))
+        x, y = _rows(data, starts[step], cfg)
+        loss = _loss(model, x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        value = float(loss.detach())
-        result.losses.append((step, value))
-        window = [*window[-(cfg.log_every - 1) :], value] if cfg.log_every > 1 else [value]
+        pending.append(loss.detach())
         if (step + 1) % cfg.log_every == 0 or step == cfg.steps - 1:
+            # the one wait for the GPU in a stretch of steps: reading a loss after each step would
+            # keep the host from queueing the next step while the GPU runs this one
+            first = len(result.losses)
+            result.losses += [(first + i, v) for i, v in enumerate(torch.stack(pending).tolist())]
+            pending.clear()
+            window = [v for _, v in result.losses[-window_size:]]
             mean, elapsed = sum(window) / len(window), time.perf_counter() - t0
             left = (time.perf_counter() - started) / (step + 1) * (cfg.steps - step - 1)
             rest = f", about {left:.0f} s left" if step + 1 < cfg.steps else ""
             say(f"step {step + 1:5d}/{cfg.steps}  loss {mean:.3f}  ({elapsed:.0f} s{rest})")
+    window = [v for _, v in result.losses[-window_size:]]
     result.final_loss = sum(window) / len(window) if window else math.nan
+    phase("steps")
 
-    model = model.to("cpu")  # the evaluation, the sample and the saved weights: on the CPU, in float32
+    # the held-out loss and the sample on the training device: a GPU does them in a second or two,
+    # where on an H200 machine 40 s passed between the last step and the saved model with them on its
+    # CPU. Then the weights go to the CPU to be saved, in float32
     model.eval()
     eval_gen = torch.Generator().manual_seed(cfg.seed + 1)
     with torch.no_grad():
         evals = [float(_loss(model, *_batch(held_out, cfg, eval_gen))) for _ in range(cfg.eval_batches)]
     result.eval_loss = sum(evals) / len(evals)
     result.sample = greedy(model, tk, PROMPT)
+    model = model.to("cpu")
+    phase("evaluation")
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -316,11 +366,13 @@ def _train(cfg: TrainConfig, out: Path, say: Log, t0: float) -> TrainResult:
         side_cfg = json.loads(side.read_text(encoding="utf-8"))
         side_cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
         side.write_text(json.dumps(side_cfg, indent=2) + "\n", encoding="utf-8")
+        phase("save")
         result.seconds = time.perf_counter() - t0
         record = {
             "made_by": FIX,
             "config": asdict(cfg),
             "seconds": round(result.seconds, 1),
+            "phases": {k: round(v, 1) for k, v in result.phases.items()},
             "final_loss": round(result.final_loss, 4),
             "eval_loss": round(result.eval_loss, 4),
             "sample": result.sample,
@@ -354,11 +406,17 @@ def _stderr(msg: str) -> None:
     sys.stderr.flush()
 
 
-def ensure_tiny_model(directory: str | os.PathLike[str] | None = None, log: Log | None = _stderr) -> Path:
+def ensure_tiny_model(
+    directory: str | os.PathLike[str] | None = None,
+    log: Log | None = _stderr,
+    on_train: Callable[[], None] | None = None,
+) -> Path:
     """The embedded model's directory, trained first if it is missing or incomplete (once across processes).
 
     A lock file beside the directory makes a second process wait for the first one's model instead of
-    training too. Says what it is making and where through log (stderr by default; None for silence)."""
+    training too. Says what it is making and where through log (stderr by default; None for silence).
+    `on_train()` is called once training is decided, after that line and before the first step (lab
+    5's generate starts compiling its CUDA kernels then, to run alongside)."""
     folder = Path(directory) if directory is not None else DEFAULT_DIR
     if is_usable(folder):
         return folder
@@ -374,6 +432,8 @@ def ensure_tiny_model(directory: str | os.PathLike[str] | None = None, log: Log 
             f"lab5: no model given and the embedded tiny LLaMA is missing from {folder}; training it now on the "
             f"repo's own stories ({cfg.steps} steps {how}, once; `{FIX}` does the same)"
         )
+        if on_train is not None:
+            on_train()
         result = train(cfg, folder, log)
         say(f"lab5: saved {folder} (loss {result.final_loss:.3f}, {result.seconds:.0f} s)")
     return folder

@@ -32,6 +32,7 @@ the error whole instead); `--solutions` runs the reference solutions of every ta
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -49,6 +50,8 @@ from .config import ConfigError
 from .tokenizer import TokenizerError
 
 if TYPE_CHECKING:
+    from kiln_llm import KernelBuild
+
     from .model import LlamaModel
 
 __all__ = ["GenerateError", "GenerateResult", "LoopResult", "Sampler", "decode_loop", "generate", "main"]
@@ -222,23 +225,38 @@ def generate(
 
     The text goes to on_text piece by piece as tokens are chosen; what is returned is the whole of
     it, with the tokens and the speeds. Prefill and decode are timed apart: on a GPU the prompt is
-    prefilled once untimed first, so that compiling its executor is not counted as prefill time."""
+    prefilled once untimed first, so that compiling its executor is not counted as prefill time.
+
+    On a GPU, lab 4's and lab 5's kernels are built (nvcc, a minute the first time) or found built
+    on other threads (kiln_llm.KernelBuild): while the tiny model trains, if it must, else while
+    the GPU starts. With LAB5_TIMINGS=1 in the environment, log gets a line per phase."""
+    from kiln_llm import KernelBuild
+
     from .checkpoint import load
     from .model import LlamaModel
     from .tokenizer import load_tokenizer
 
     say = log or (lambda _msg: None)
-    if model_path is None:
-        if str(LAB) not in sys.path:
-            sys.path.insert(0, str(LAB))  # `tiny` lives beside `llama`
-        from tiny.train import ensure_tiny_model
-
-        model_path = str(ensure_tiny_model(log=log))
+    mark = _timings(say)
     device = device or default_device()
     if device not in ("cpu", "cuda"):
         raise GenerateError(f"device must be 'cpu' or 'cuda', got {device!r}")
     if device == "cuda" and not torch.cuda.is_available():
         raise GenerateError("device='cuda' but torch sees no CUDA GPU; use device='cpu'")
+    on_gpu = device == "cuda"
+    kernels = KernelBuild(on_done=_kernels_done(say)) if on_gpu else None
+    if model_path is None:
+        if str(LAB) not in sys.path:
+            sys.path.insert(0, str(LAB))  # `tiny` lives beside `llama`
+        from tiny.train import ensure_tiny_model
+
+        def alongside() -> None:  # training is decided: nvcc gets the other cores meanwhile
+            if kernels is not None:
+                kernels.start()
+                say("lab5: meanwhile lab 4's and lab 5's CUDA kernels are built (or found built) in the background")
+
+        model_path = str(ensure_tiny_model(log=_training_log(log, kernels), on_train=alongside))
+        mark("the tiny model is there")
     if device == "cpu":
         say("running on the CPU (kiln's CPU executor): expect a few tokens per second on a large model")
 
@@ -259,26 +277,36 @@ def generate(
     if max_new_tokens > room:
         say(f"stopping at the model's context of {config.max_seq_len} tokens: {room} new tokens at most")
         max_new_tokens = room
+    mark("checkpoint and tokenizer loaded")
 
-    on_gpu = device == "cuda"
-    if on_gpu:
-        torch.cuda.reset_peak_memory_stats()
+    if kernels is not None:
+        kernels.start()  # nothing the user gave can fail from here on; a no-op if the training started it
+        torch.cuda.reset_peak_memory_stats()  # starts CUDA on this thread while the kernels load on theirs
+        mark("CUDA started")
+        kernels.wait(every=1.0, tick=_compiling(say))
+        mark("kernels loaded")
     model = LlamaModel(
         config, weights, device=device, max_seq=len(ids) + max_new_tokens, fuse=fuse, use_graph=use_graph
     )
     del weights  # the model holds what it needs (on the GPU: its own copy)
+    mark("model compiled")
     sync = torch.cuda.synchronize if on_gpu else (lambda: None)
     if on_gpu:
         model.prefill(ids, last=True)  # compiles (and captures) the executor of this prompt length, untimed
         model.reset()
+        mark("the prompt's executor compiled and run once")
 
     # the stream decoder sees the prompt first, so that the first new word keeps its leading space
     stream = tok.stream()
     for i in ids:
         stream.push(i)
     pieces: list[str] = []
+    first = [True]
 
     def on_token(token: int) -> None:
+        if first[0]:
+            first[0] = False
+            mark("first token chosen")
         piece = stream.push(token)
         if piece:
             pieces.append(piece)
@@ -299,6 +327,7 @@ def generate(
         pieces.append(rest)
         if on_text is not None:
             on_text(rest)
+    mark(f"{len(loop.tokens)} tokens generated")
     return GenerateResult(
         text="".join(pieces),
         tokens=loop.tokens,
@@ -459,6 +488,63 @@ def _loading(path: Path, say: Callable[[str], None]) -> Callable[[str, float], N
             say(f"loading {path.name}: {100 * fraction:3.0f}% ({what})")
 
     return progress
+
+
+def _training_log(log: Log | None, kernels: KernelBuild | None) -> Log | None:
+    """The tiny model's training lines, each step's saying too that the kernels compile meanwhile."""
+    if log is None or kernels is None:
+        return log
+
+    def say(msg: str) -> None:
+        if msg.startswith("step ") and kernels.running:
+            msg += f"; CUDA kernels compiling alongside ({kernels.seconds():.0f} s)"
+        log(msg)
+
+    return say
+
+
+def _compiling(say: Log) -> Callable[[KernelBuild], None]:
+    """While generate waits for the kernels: a line at once, then one every 10 s."""
+    told = [-math.inf]
+
+    def tick(kernels: KernelBuild) -> None:
+        if kernels.seconds() - told[0] >= 10:
+            told[0] = kernels.seconds()
+            say(f"lab5: waiting for lab 4's and lab 5's CUDA kernels to build ({told[0]:.0f} s so far)")
+
+    return tick
+
+
+def _kernels_done(say: Log) -> Callable[[KernelBuild], None]:
+    def done(kernels: KernelBuild) -> None:
+        if kernels.seconds() >= 2:  # a build, not a look-up of libraries already built
+            say(f"lab5: CUDA kernels built in {kernels.seconds():.0f} s")
+
+    return done
+
+
+def _timings(say: Log) -> Callable[[str], None]:
+    """mark(what): with LAB5_TIMINGS=1, a line of how many seconds after the process started
+    `what` happened; a no-op otherwise."""
+    if not os.environ.get("LAB5_TIMINGS"):
+        return lambda _what: None
+    start = time.perf_counter() - _process_age()
+
+    def mark(what: str) -> None:
+        say(f"lab5 timing: {time.perf_counter() - start:7.2f} s  {what}")
+
+    mark("generate() called")
+    return mark
+
+
+def _process_age() -> float:
+    """Seconds since this process started (Linux's /proc, to a hundredth); 0 where unknown."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def _gib(n: int) -> str:
