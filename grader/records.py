@@ -79,7 +79,7 @@ class Timing:
     vs: dict[str, float] = field(default_factory=dict)  # baseline name -> its time / this time (> 1: faster)
     read_gbps: float | None = None  # the card's measured read-only bandwidth, in the same run
     peak_gbps: float | None = None  # theoretical DRAM bandwidth: memory clock x bus width x 2
-    peak_gflops: float | None = None  # theoretical FLOP/s for the entry's flop_peak (fp32 or tensor)
+    peak_gflops: float | None = None  # FP32 FLOP/s for fp32 entries; none for tensor ones (Limits.rated_gflops)
     sweep: bool = False  # a case timed by `make bench` for a throughput plot only: no target reads it
 
     @property

@@ -701,6 +701,9 @@ GENERATE_STATS = re.compile(
     r"decode (?P<decode>[\d.]+) tok/s"
 )
 TRAINED = re.compile(r"lab5: saved .*\(loss [\d.]+, (?P<seconds>\d+) s\)")
+# LAB5_TIMINGS=1's first line: how long the process took to reach generate(), the interpreter's
+# start and its imports (torch's above all), which no code of the course's can shorten
+STARTED = re.compile(r"lab5 timing:\s+(?P<seconds>[\d.]+) s\s+generate\(\) called")
 
 
 def generate_args(solutions: bool, steps: int = GENERATE_STEPS) -> list[str]:
@@ -734,13 +737,16 @@ def parse_generate(stdout: str, stderr: str) -> dict[str, Any]:
     trained = TRAINED.search(stderr)
     if trained:
         out["train_s"] = float(trained["seconds"])
+    started = STARTED.search(stderr)
+    if started:
+        out["imports_s"] = float(started["seconds"])
     return out
 
 
 def run_generate_once(cmd: list[str], what: str, timeout: float = GENERATE_TIMEOUT_S) -> dict[str, Any]:
     """One process of cmd from the repository root with PYTHONPATH=lab5, as the Makefile runs it: the
     wall time to its exit and to its first generated text, its status and what its lines say."""
-    env = {**os.environ, "PYTHONPATH": "lab5"}
+    env = {**os.environ, "PYTHONPATH": "lab5", "LAB5_TIMINGS": "1"}
     say(f"  make generate, {what}:")
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -949,10 +955,13 @@ def goals(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
             )
         )
         t = warm["first_token_s"] if warm and warm["returncode"] == 0 else None
+        said = _seconds(t) if t is not None else "not measured"
+        if t is not None and "imports_s" in warm:
+            said += f" ({_seconds(warm['imports_s'])} of it before generate() runs: Python's start and imports)"
         out.append(
             (
                 f"warm `make generate`: first token <= {GOAL_WARM_FIRST_TOKEN_S:.0f} s",
-                _seconds(t) if t is not None else "not measured",
+                said,
                 None if t is None else t <= GOAL_WARM_FIRST_TOKEN_S,
             )
         )
@@ -965,8 +974,8 @@ def _verdict(met: bool | None) -> str:
 
 def generate_table(gen: dict[str, Any]) -> list[str]:
     lines = [
-        f"| `{gen['command']}` (tiny model) | end to end | first token | goal |",
-        "| --- | ---: | ---: | --- |",
+        f"| `{gen['command']}` (tiny model) | end to end | first token | of which start and imports | goal |",
+        "| --- | ---: | ---: | ---: | --- |",
     ]
     runs = (
         ("first run: empty build and model folders", gen["first"], f"end to end <= {GOAL_FIRST_RUN_S:.0f} s"),
@@ -974,14 +983,17 @@ def generate_table(gen: dict[str, Any]) -> list[str]:
     )
     for what, run, goal in runs:
         if run is None:
-            lines.append(f"| {what} | not run | | {goal} |")
+            lines.append(f"| {what} | not run | | | {goal} |")
             continue
         if run["returncode"] != 0:
             said = run.get("stderr_tail") or [""]
-            lines.append(f"| {what} | failed, {run.get('error', '')}: {said[0][:80]} | | {goal} |")
+            lines.append(f"| {what} | failed, {run.get('error', '')}: {said[0][:80]} | | | {goal} |")
             continue
         trained = f" (trained {run['train_s']:.0f} s)" if "train_s" in run else ""
-        lines.append(f"| {what}{trained} | {_seconds(run['wall_s'])} | {_seconds(run['first_token_s'])} | {goal} |")
+        imports = _seconds(run["imports_s"]) if "imports_s" in run else "n/a"
+        lines.append(
+            f"| {what}{trained} | {_seconds(run['wall_s'])} | {_seconds(run['first_token_s'])} | {imports} | {goal} |"
+        )
     return lines
 
 

@@ -337,7 +337,7 @@ def make_row(
         copy_gbps=limits.copy_gbps,
         read_gbps=limits.read_gbps,
         peak_gbps=limits.dram_gbps,
-        peak_gflops=limits.peak_gflops(entry.flop_peak),
+        peak_gflops=limits.rated_gflops(entry.flop_peak),
         ladder=ladder,
     )
     if baselines:

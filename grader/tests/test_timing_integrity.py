@@ -111,6 +111,13 @@ def test_theoretical_peaks_from_driver_attributes() -> None:
     assert timing.theoretical((20, 0), 100, 2_000_000, 0, 0) == (None, None, None)
 
 
+def test_only_the_fp32_rate_is_reported_as_peak() -> None:
+    # the tensor figure is the FP8 bound: "7% of peak" for an FP16 kernel at 15% of its rate misleads
+    lim = limits()
+    assert lim.rated_gflops("fp32") == lim.fp32_gflops
+    assert lim.rated_gflops("tensor") is None and lim.peak_gflops("tensor") == lim.tensor_gflops
+
+
 def test_a_figure_past_the_card_is_a_failed_measurement() -> None:
     lim = limits()
     n = (1 << 26) + 3  # lab 1's saxpy timing case: 12 bytes per element

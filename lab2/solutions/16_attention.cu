@@ -715,7 +715,7 @@ static cudaError_t launch_rung3(const E* Q, const E* K, const E* V, E* O, int BH
 // The dispatch on D: one instantiation of the kernel per head dimension (its loops unroll over D).
 template <typename E>
 static cudaError_t rung3(const E* Q, const E* K, const E* V, E* O, int BH, int T, int D, int causal) {
-    if (D == 64) return launch_rung3<E, Flash<64>>(Q, K, V, O, BH, T, causal);
+    if (D == 64) return launch_rung3<E, Flash<64, 4, 64, 3>>(Q, K, V, O, BH, T, causal);
     if (D == 128) return launch_rung3<E, Flash<128>>(Q, K, V, O, BH, T, causal);
     return cudaErrorInvalidValue;
 }
