@@ -127,11 +127,13 @@ def sources(lab: str, task: Task, name: str) -> dict[str, Path]:
     return files
 
 
-def mistake_problems(lab: str) -> list[str]:
+def mistake_problems(lab: str, only: set[str] | None = None) -> list[str]:
     """What is missing between the specs' `mistakes` and the variants: a class with no variant,
-    a variant with no class, or one its task does not list."""
-    variants = catalogue_of(lab).VARIANTS
+    a variant with no class, or one its task does not list (for the tasks in `only`, when given)."""
     tasks = {Path(t.spec_file).stem.removeprefix("test_"): t for t in catalogue.all_tasks([lab])}
+    if only is not None:
+        tasks = {stem: t for stem, t in tasks.items() if t.task_id in only}
+    variants = {n: v for n, v in catalogue_of(lab).VARIANTS.items() if only is None or n.split(".")[0] in tasks}
     problems = []
     for stem, task in tasks.items():
         if not paths.solution_source(task.lab_dir(), task.source).exists():
@@ -209,8 +211,10 @@ def grade_lab(
     at_build: bool = False,
     jobs: int = 1,
     progress: Callable[[str], None] | None = None,
+    only: set[str] | None = None,
 ) -> dict[str, TaskResult]:
-    """Every variant of `lab`, graded: its batches, the sanitized ones, the huge ones, the timed ones.
+    """Every variant of `lab` (of the tasks whose ids are in `only`, when given), graded: its
+    batches, the sanitized ones, the huge ones, the timed ones.
     Without a GPU, the variants of tasks that need none (and, with `at_build`, those of GPU tasks
     that the build decides). `jobs` grading runs at once (the untimed ones: the timed ones run
     alone afterwards, so that no other run shares the GPU while they are timed). `progress` hears
@@ -219,16 +223,20 @@ def grade_lab(
     untimed: list[Run] = []
     timed: list[Run] = []
     off = TimingMode.OFF
+
+    def picked(names: list[str]) -> list[str]:
+        return [n for n in names if only is None or task_of(lab, n).task_id in only]
+
     if not gpu:
         chosen = set(broken.AT_BUILD) if at_build else set()
-        cpu = [n for batch in broken.BATCHES for n in batch if not needs_gpu(lab, n) or n in chosen]
+        cpu = [n for batch in broken.BATCHES for n in picked(batch) if not needs_gpu(lab, n) or n in chosen]
         untimed = [(lab, batch, False, False, off) for batch in one_per_task(cpu)]
     else:
         # a task of more GPUs than this machine shows is skipped: its variants are not graded here
         seen = toolchain.visible_gpu_count()
 
         def fits(names: list[str]) -> list[str]:
-            return [n for n in names if task_of(lab, n).gpus <= seen]
+            return [n for n in picked(names) if task_of(lab, n).gpus <= seen]
 
         untimed = [(lab, fits(batch), False, False, off) for batch in broken.BATCHES if fits(batch)]
         # a grading run grades a task once: two races of one task (lab 2's task 15) take two runs
@@ -285,10 +293,12 @@ class Tally:
     total: int = 0
 
 
-def tally(lab: str, results: dict[str, TaskResult]) -> dict[str, Tally]:
-    """Per mistake class: the variants caught, graded here, and declared."""
+def tally(lab: str, results: dict[str, TaskResult], only: set[str] | None = None) -> dict[str, Tally]:
+    """Per mistake class: the variants caught, graded here, and declared (of the tasks in `only`)."""
     counts: dict[str, Tally] = {}
     for name, v in catalogue_of(lab).VARIANTS.items():
+        if only is not None and task_of(lab, name).task_id not in only:
+            continue
         t = counts.setdefault(v.mistake or "(no class)", Tally())
         t.total += 1
         if name in results:
@@ -297,12 +307,15 @@ def tally(lab: str, results: dict[str, TaskResult]) -> dict[str, Tally]:
     return dict(sorted(counts.items()))
 
 
-def check_lab(lab: str, gpu: bool, say: Callable[[str], None], jobs: int = 1) -> list[str]:
-    """Grades `lab`'s variants (`jobs` grading runs at once), prints caught / graded per class,
-    and returns one problem per variant the grader let through (or judged with the wrong verdict)."""
-    results = grade_lab(lab, gpu, huge=False, at_build=True, jobs=jobs, progress=say)
+def check_lab(
+    lab: str, gpu: bool, say: Callable[[str], None], jobs: int = 1, only: set[str] | None = None
+) -> list[str]:
+    """Grades `lab`'s variants (`jobs` grading runs at once; those of the tasks in `only`, when
+    given), prints caught / graded per class, and returns one problem per variant the grader let
+    through (or judged with the wrong verdict)."""
+    results = grade_lab(lab, gpu, huge=False, at_build=True, jobs=jobs, progress=say, only=only)
     problems = [p for n, r in results.items() if (p := missed(lab, n, r))]
-    counts = tally(lab, results)
+    counts = tally(lab, results, only)
     caught = sum(t.caught for t in counts.values())
     graded = sum(t.graded for t in counts.values())
     total = sum(t.total for t in counts.values())
@@ -314,4 +327,4 @@ def check_lab(lab: str, gpu: bool, say: Callable[[str], None], jobs: int = 1) ->
         mark = "·" if not t.graded else "✓" if t.caught == t.graded else "✗"
         rest = f", {t.total - t.graded} not run here" if t.graded < t.total else ""
         say(f"  {mark} {cls.ljust(width)}  {t.caught}/{t.graded}{rest}")
-    return problems + mistake_problems(lab)
+    return problems + mistake_problems(lab, only)
