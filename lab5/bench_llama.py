@@ -107,7 +107,7 @@ PREFILL_RUNS = 5
 COPY_BYTES = 1 << 30
 # of the copy roofline, 7B shape: the reference's gate (--solutions). A step has a fixed cost (about
 # 0.7 ms of kernel starts and small kernels, on both cards) beside its bytes, which weighs more on the
-# faster memory: 85.8% on an H100, 81.4% on an H200 (2026-11-27); the gate holds on both with room.
+# faster memory: 87.4% on an H100, 82.2% on an H200 (2026-11-27); the gate holds on both with room.
 GATE_ROOFLINE = 0.78
 DEVICE = "cuda"  # a module variable only so that the course's CPU smoke test can run the code paths
 MAX_LOGIT_ERROR = 0.05  # relative L2 distance of kiln's last-position logits from transformers'
@@ -1007,8 +1007,13 @@ def table(results: dict[str, Any]) -> str:
         if results.get("memory_clock_khz") and results.get("memory_bus_bits")
         else ""
     )
+    # the run's setting, where the results have it (older ones name the card only)
+    setting = [f"{k} {results[key]}" for k, key in (("driver", "driver"), ("CUDA toolkit", "nvcc")) if results.get(key)]
+    setting += [f"torch {str(results['torch']).split('+')[0]}"] if results.get("torch") else []
+    setting += [results["date"]] if results.get("date") else []
+    where = f"{results['device']} ({', '.join(setting)})" if setting else results["device"]
     lines = [
-        f"{results['device']}: rated {_tbps(rated)} (memory clock x bus width x 2{clock}), read-only {_tbps(read)}"
+        f"{where}: rated {_tbps(rated)} (memory clock x bus width x 2{clock}), read-only {_tbps(read)}"
         f" (a 1 GiB sum), copy {_tbps(copy)} (a 1 GiB device copy, read + write). Batch 1, float16, random"
         f" weights; decode after a {results['prompt_len']}-token prompt, {results['steps']} tokens. GB/s is the"
         " bytes a step must read (every weight, one embedding row, the cache so far) x tokens per second.",
@@ -1120,8 +1125,13 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit("bench_llama.py needs a GPU")
 
     shapes = ["7b", "tinyllama"] if args.shape == "both" else [args.shape]
+    from grader.toolchain import gpus, nvcc_version
+
+    found = gpus()
     results: dict[str, Any] = {
         "device": torch.cuda.get_device_name(),
+        "driver": found[0].driver if found else "unknown",
+        "nvcc": nvcc_version(),
         "date": datetime.date.today().isoformat(),
         "solutions": args.solutions,
         "torch": torch.__version__,
