@@ -1,7 +1,7 @@
 """Timing kernels fairly and honestly: CUDA events, a cold L2, interleaved baselines, fresh buffers
 for every call, and figures checked against what the card can physically do.
 
-Each repetition first overwrites a buffer twice the size of L2, so neither the student's code
+Each repetition first reads a buffer twice the size of L2 (Flush), so neither the student's code
 nor the torch baseline profits from data the previous repetition left in cache. Student and
 baselines alternate within the same loop, so clock and thermal drift hit all of them alike.
 Repetitions go on until the relative standard error of every mean is under `rse` or the time

@@ -59,7 +59,7 @@ def reference(v):
 
 
 def torch_transpose(v, o):
-    o["out"].copy_(v["in"].t())  # one strided copy kernel: stores coalesced, loads rows * 4 bytes apart
+    o["out"].copy_(v["in"].t())  # one strided copy kernel: stores coalesced, loads cols * 4 bytes apart
 
 
 def bytes_moved(v):
