@@ -22,7 +22,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from kiln.cuda import CudaExecutor, Launch, ptr, register_cuda
+from kiln.cuda import CudaExecutor, Launch, build_kernels, ptr, register_cuda
 from kiln.ir import Node
 from kiln.runtime import KilnRunError
 
@@ -55,33 +55,20 @@ SIGNATURES: dict[str, list[Any]] = {f"{name}_{s}": args for name, args in _ARGTY
 
 @functools.cache
 def load_kernels() -> ctypes.CDLL:
-    """Every kiln_llm/kernels/*.cu built into one shared library (the grader's cached nvcc build,
-    as lab 4's build_kernels does it), each entry point of SIGNATURES checked and declared.
+    """Every kiln_llm/kernels/*.cu built into one shared library (lab 4's builder: the grader's
+    cached nvcc build), each entry point of SIGNATURES checked and declared.
 
     Unlike lab 4's three small files, each of these instantiates every kernel for three dtypes and
     several head dims (llama.cu 48 kernels, linear.cu 183): nvcc takes a minute or more over one
     of them on one core, so they are built with split compilation, every core working on each."""
-    from grader.build import BuildError, shared_library
-
-    sources = sorted(KERNELS.glob("*.cu"))
-    if not sources:
-        raise KilnRunError(f"no CUDA sources in {KERNELS}")
-    name = "kiln_llm's kernels"
-    try:
-        path = shared_library(
-            name, sources, group="lab5", stem="llm_kernels", include_dirs=[KERNELS.parent.parent], split_compile=True
-        )
-    except BuildError as e:
-        raise KilnRunError(str(e)) from None
-    lib = ctypes.CDLL(str(path))
-    missing = [entry for entry in SIGNATURES if not hasattr(lib, entry)]
-    if missing:
-        raise KilnRunError(f"{name}: the library defines no {', '.join(missing)} (see the header in {KERNELS.name}/)")
-    for entry, argtypes in SIGNATURES.items():
-        fn = getattr(lib, entry)
-        fn.argtypes = argtypes
-        fn.restype = ctypes.c_int
-    return lib
+    return build_kernels(
+        KERNELS,
+        name="kiln_llm's kernels",
+        group="lab5",
+        stem="llm_kernels",
+        signatures=SIGNATURES,
+        split_compile=True,
+    )
 
 
 def kernel(name: str, node: Node) -> Any:

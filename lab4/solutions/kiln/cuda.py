@@ -72,19 +72,28 @@ SIGNATURES: dict[str, list[Any]] = {
 
 
 def build_kernels(
-    folder: Path, *, name: str, group: str, stem: str, signatures: Mapping[str, list[Any]]
+    folder: Path,
+    *,
+    name: str,
+    group: str,
+    stem: str,
+    signatures: Mapping[str, list[Any]],
+    split_compile: bool = False,
 ) -> ctypes.CDLL:
     """Every `folder/*.cu` built into one shared library through the grader's cached nvcc build,
     loaded, and each entry point of `signatures` (name -> argtypes) declared as returning a
     cudaError_t. The sources include their header as "<package>/kernels/<header>.h": the include
-    folder is the one above the package. Lab 5's kernels are built the same way."""
+    folder is the one above the package. Lab 5's kernels are built the same way, with
+    `split_compile` (nvcc spreads each large file over every core: grader.build.shared_library)."""
     from grader.build import BuildError, shared_library
 
     sources = sorted(folder.glob("*.cu"))
     if not sources:
         raise KilnRunError(f"no CUDA sources in {folder}")
     try:
-        path = shared_library(name, sources, group=group, stem=stem, include_dirs=[folder.parent.parent])
+        path = shared_library(
+            name, sources, group=group, stem=stem, include_dirs=[folder.parent.parent], split_compile=split_compile
+        )
     except BuildError as e:
         raise KilnRunError(str(e)) from None
     lib = ctypes.CDLL(str(path))
