@@ -38,6 +38,7 @@
 // Test:      make test-lab2 TASK=16
 
 #include "course.h"
+#include "course_mma.h"
 #include "course_scratch.h"
 
 #include <cuda_bf16.h>
@@ -305,84 +306,10 @@ struct Flash {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Given to rung 3: the swizzle and the PTX of task 15's rung 3, the mma for both types, and the
-// loads and stores that are not the lesson. The instructions exist from sm_80 on (ldmatrix from
+// Given to rung 3: the swizzle and the PTX of task 15's rung 3 (course_mma.h, grader/include), the
+// mma for both types, and the loads and stores that are not the lesson. The instructions exist from sm_80 on (ldmatrix from
 // sm_75); for an older target they compile to nothing and attention_3 refuses to launch.
 // ---------------------------------------------------------------------------------------------
-
-// Where chunk `chunk` (8 elements, 16 bytes) of row `row` of a shared tile with CPR chunks per row
-// lies, as an offset in elements from the tile's start: task 15's swizzle. The tile is unpadded;
-// the chunk's index is XOR-ed with bits of the row. A 128-byte line of shared memory holds 8 slots
-// of 16 bytes (one per group of 4 banks); ldmatrix reads 8 rows of 16 bytes per phase and is
-// conflict-free when they sit in 8 different slots. K's and V's rows are 128 (D = 64) or 256 bytes
-// (D = 128), CPR >= 8: every row starts a new line, so without the swizzle 8 consecutive rows at
-// one chunk share a slot (8-way conflict); chunk ^ (row % 8) gives them 8 different slots. The
-// copies into the tile and the ldmatrix reads must both go through this function.
-template <int CPR>
-__host__ __device__ constexpr int swizzle(int row, int chunk) {
-    static_assert(CPR >= 2 && (CPR & (CPR - 1)) == 0, "a power of two chunks per row");
-    if constexpr (CPR >= 8)
-        return (row * CPR + (chunk ^ (row & 7))) * 8;
-    else
-        return (row * CPR + (chunk ^ ((row / (8 / CPR)) & (CPR - 1)))) * 8;
-}
-static_assert(swizzle<8>(3, 1) == (3 * 8 + 2) * 8 && swizzle<16>(3, 9) == (3 * 16 + 10) * 8, "the worked examples");
-
-// cp.async.cg.shared.global: copies 16 bytes from global memory (gmem, 16-byte aligned) to shared
-// memory (smem, 16-byte aligned) without passing through registers and without waiting: the
-// copy lands later (see cp_async_wait). src_bytes is 16 or 0: with 0 nothing is read from gmem
-// and the 16 bytes at smem are zeroed (keep gmem a valid address anyway). .cg: cached in L2 only.
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes) : "memory");
-#endif
-}
-
-// Closes the group of this thread's cp.asyncs issued since the last commit (an empty group if
-// there were none: it still counts).
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-
-// Waits until at most N of this thread's committed groups are still in flight: all older groups
-// have landed in shared memory. Only the calling thread's copies: the other threads' become
-// visible after a __syncthreads() that every thread reaches after its own wait.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-#endif
-}
-
-// ldmatrix.x4: the warp loads four 8 x 8 matrices of 16-bit elements from shared memory. Lanes
-// 8i .. 8i + 7 give the addresses of matrix i's 8 rows (16 bytes each, 16-byte aligned), and lane l
-// receives in r[i] the two elements at row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of matrix i:
-// the layout of mma.sync's A fragment, and of its B fragment for a tile stored n-major (k contiguous).
-__device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const void* row) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr)
-                 : "memory");
-#endif
-}
-
-// ldmatrix.x4.trans: the same rows, each matrix transposed on the way: lane l receives the two
-// elements at rows 2 (l % 4) and 2 (l % 4) + 1 of column l / 4. From a tile stored k-major (its rows
-// are k), that is mma.sync's B fragment: two values of consecutive k for one n.
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const void* row) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr)
-                 : "memory");
-#endif
-}
 
 // d = a · b + d for one 16 x 8 tile, k = 16, with elements of type E (half or __nv_bfloat16): A
 // 16 x 16 (row-major fragment, four registers of two elements), B 16 x 8 (the .col fragment, two
