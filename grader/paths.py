@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 from pathlib import Path, PurePosixPath
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,3 +43,15 @@ def rel(path: Path) -> str:
         return str(path.resolve().relative_to(ROOT))
     except ValueError:
         return str(path)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """`text` into `path` whole or not at all, for readers and for other processes or machines
+    writing the same file (gradebook shards, make check's workers building one unit): a temporary
+    file beside it (named per machine and process), then a rename."""
+    tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, newline="")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

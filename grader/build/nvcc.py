@@ -578,7 +578,9 @@ def _finish(plan: _Plan, tk: Toolkit) -> BuildResult:
     logs = [work / f"{i}.log" for i, _ in _compiled(plan)] + [work / "link.log"]
     parts = [f.read_text(errors="replace") for f in logs if f.exists()]
     log = "\n".join(p for p in parts if p)
-    _write_whole(plan.log, log)
+    # whole or not at all: two processes (make check's pytest-xdist workers) may build the same
+    # unit at once, and a task process must never read the other's record half written
+    paths.write_atomically(plan.log, log)
     unit = plan.unit
     ok = (work / "lib.so").exists()
     try:
@@ -594,7 +596,7 @@ def _finish(plan: _Plan, tk: Toolkit) -> BuildResult:
                 unit=unit,
             )
         record = _record(plan, tk, log)
-        _write_whole(plan.record, json.dumps(record))
+        paths.write_atomically(plan.record, json.dumps(record))
         os.replace(work / "lib.so", plan.lib)
         return BuildResult(
             unit.sources[0],
@@ -607,16 +609,6 @@ def _finish(plan: _Plan, tk: Toolkit) -> BuildResult:
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-
-def _write_whole(path: Path, text: str) -> None:
-    """`text` into `path` whole or not at all: two processes (make check's pytest-xdist workers)
-    may build the same unit at once, and one must never read the other's record half written
-    (a cache lookup would only rebuild, but a task process reading its library's facts would
-    judge the rules without them)."""
-    part = path.with_name(f"{path.name}.{os.getpid()}")
-    part.write_text(text)
-    part.replace(path)
 
 
 # --- the record: what the build read, compiled and links --------------------------------------

@@ -40,7 +40,6 @@ import json
 import math
 import os
 import shlex
-import socket
 import subprocess
 import sys
 import tempfile
@@ -184,17 +183,6 @@ def _cannot_grade(out: Path, name: str, why: str) -> None:
     (out / name / "error.txt").write_text(f"{name} cannot be graded: {why}\n")
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    """Whole or not at all, for readers and for shards on other machines writing the same file: a
-    temporary file beside it (named per machine and process), then a rename."""
-    tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, newline="")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def write_csv(path: Path, graded: list[Graded], tasks: list[Task]) -> None:
     labs = sorted({t.lab for t in tasks}, key=lambda lab: (len(lab), lab))
     text = io.StringIO()
@@ -221,7 +209,7 @@ def write_csv(path: Path, graded: list[Graded], tasks: list[Task]) -> None:
             "",
         ]
     )
-    _write_atomically(path, text.getvalue())
+    paths.write_atomically(path, text.getvalue())
 
 
 def _max(task: Task) -> float:
@@ -436,7 +424,7 @@ def _throughput(out: Path, count: int, seconds: float, gpus: int, shard: Shard |
     if shard is not None:
         doc["shard"] = f"{shard[0]}/{shard[1]}"
         name = f"throughput-shard{shard[0]}of{shard[1]}.json"
-    _write_atomically(out / name, json.dumps(doc, indent=2) + "\n")
+    paths.write_atomically(out / name, json.dumps(doc, indent=2) + "\n")
 
 
 def gradebook(
