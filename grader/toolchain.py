@@ -168,6 +168,14 @@ def other_gpu_processes() -> list[str]:
     return out
 
 
+def cpu_share(ways: int) -> dict[str, str]:
+    """The CPU-thread settings for one of `ways` processes that share this machine's cores (of
+    OMP_NUM_THREADS where it is set): torch's thread pool otherwise takes every core in each."""
+    budget = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
+    threads = str(max(1, budget // max(1, ways)))
+    return {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+
+
 def normalize_arch(text: str) -> str:
     """'sm_80', '80', '8.0' and 'compute_80' all mean sm_80."""
     t = text.strip().lower().replace("compute_", "").replace("sm_", "")

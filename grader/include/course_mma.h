@@ -44,8 +44,14 @@ static_assert(swizzle<4>(2, 0) == (2 * 4 + 1) * 8 && swizzle<8>(3, 1) == (3 * 8 
 // memory (smem, 16-byte aligned) without passing through registers and without waiting: the
 // copy lands later (see cp_async_wait). src_bytes is 16 or 0: with 0 nothing is read from gmem
 // and the 16 bytes at smem are zeroed (keep gmem a valid address anyway). .cg: cached in L2 only.
+//
+// Built with COURSE_SYNC_COPIES (the grader does, for racecheck only) it copies at once, with a plain
+// load and store: racecheck counts an asynchronous copy's write only when its group is waited for,
+// and would miss a stage refilled before the barrier that ends the other warps' reads of it.
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(COURSE_SYNC_COPIES)
+    *static_cast<uint4*>(smem) = src_bytes ? *static_cast<const uint4*>(gmem) : make_uint4(0, 0, 0, 0);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes) : "memory");
 #endif

@@ -13,6 +13,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -199,9 +200,16 @@ def _grade_run(run: Run) -> dict[str, TaskResult]:
     return grade(lab, names, sanitize, huge, timing)
 
 
-def _worker_setup() -> None:
+def _worker_setup(jobs: int) -> None:
     # the fork server forks one task process at a time: workers that share it would take turns
     os.environ["GRADER_FORKSERVER"] = "0"
+    # each worker's torch (and the task processes it starts, which inherit these) on its share of
+    # the cores: `jobs` thread pools of every core each spin against one another, and a lab's
+    # variants then take ten times as long (lab 5's on a 64-core host, four verifications at once)
+    share = toolchain.cpu_share(jobs)
+    os.environ.update(share)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(int(share["OMP_NUM_THREADS"]))
 
 
 def grade_lab(
@@ -258,7 +266,8 @@ def grade_lab(
             progress(f"  {lab}: {finished} of {runs} grading runs done, {len(out)} variants graded ({seconds:.0f} s)")
 
     if jobs > 1 and len(untimed) > 1:
-        with ProcessPoolExecutor(min(jobs, len(untimed)), initializer=_worker_setup) as pool:
+        workers = min(jobs, len(untimed))
+        with ProcessPoolExecutor(workers, initializer=_worker_setup, initargs=(workers,)) as pool:
             for future in as_completed([pool.submit(_grade_run, run) for run in untimed]):
                 done(future.result())
     else:

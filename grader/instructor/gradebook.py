@@ -347,7 +347,7 @@ class _Job:
     started: float
 
 
-def _start(entry: Path, gpu: str, out: Path, opts: runner.Options) -> _Job:
+def _start(entry: Path, gpu: str, out: Path, opts: runner.Options, ways: int) -> _Job:
     name = student_name(entry)
     _forget(out, name)  # so that "no results.json" means this grading wrote none
     (out / name).mkdir(parents=True, exist_ok=True)
@@ -355,7 +355,8 @@ def _start(entry: Path, gpu: str, out: Path, opts: runner.Options) -> _Job:
     cmd = [sys.executable, "-m", "grader", "submission", str(entry.absolute())]
     cmd += ["--out", str(out.absolute()), "--name", name, "--timing", str(opts.timing)]
     cmd += ["--sanitize"] if opts.sanitize else []
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu, "PYTHONUNBUFFERED": "1"}
+    # the workers, one per GPU, share the host's cores
+    env = {**os.environ, **toolchain.cpu_share(ways), "CUDA_VISIBLE_DEVICES": gpu, "PYTHONUNBUFFERED": "1"}
     with log.open("wb") as f:
         proc = subprocess.Popen(cmd, cwd=paths.ROOT, env=env, stdin=subprocess.DEVNULL, stdout=f, stderr=f)
     return _Job(name, gpu, proc, log, time.monotonic())
@@ -392,7 +393,7 @@ def _grade_on_gpus(
     try:
         while queue or running:
             while queue and free:
-                job = _start(queue.pop(0), free.pop(0), out, opts)
+                job = _start(queue.pop(0), free.pop(0), out, opts, len(gpus))
                 running.append(job)
                 say(f"{job.name}: grading on GPU {job.gpu}")
             finished = [job for job in running if job.proc.poll() is not None]

@@ -269,7 +269,7 @@ def _grade_one(
     timeout = opts.timeout_for(task)
     res = from_child(task, src, child.wait(timeout), timeout)
     if opts.sanitize and task.gpu and res.verdict in (Verdict.PASS, Verdict.WRONG):
-        _sanitize(task, job, opts, base.with_name(base.name + "-san"), res)
+        _sanitize(task, job, opts, base.with_name(base.name + "-san"), res, b)
     res.kernels = kernels
     res.seconds = time.perf_counter() - start
     return res
@@ -356,7 +356,26 @@ def _last_output(stderr: str) -> str:
     return "\n".join(lines[-8:])
 
 
-def _sanitize(task: Task, job: ChildJob, opts: Options, base: Path, res: TaskResult) -> None:
+def _sync_copies_lib(b: BuildResult | None, opts: Options) -> str | None:
+    """For racecheck: the library rebuilt with COURSE_SYNC_COPIES when the build read course_mma.h,
+    whose cp_async_16 then copies at once with plain loads and stores. racecheck counts a cp.async's
+    write when its group is waited for, so a stage refilled before the barrier that ends the other
+    warps' reads of it (the copy issued too early, waited for later) looks clean to it; a copy done
+    at its issue is a shared store between two barriers, and the hazard is reported. A correct
+    pipeline stays correct: landing at once is one of the timings the asynchronous copy allows.
+    None: no such build (the task's own library serves), or it did not build."""
+    if b is None or b.unit is None or b.facts is None or not any(h.endswith("/course_mma.h") for h in b.facts.headers):
+        return None
+    unit = dataclasses.replace(
+        b.unit, stem=b.unit.stem + ".sync", flags=(*b.unit.flags, "-DCOURSE_SYNC_COPIES"), facts=False
+    )
+    built = build_all([unit], confine=opts.confine if opts.sandbox else None)[unit]
+    return str(built.lib) if built.ok and built.lib else None
+
+
+def _sanitize(
+    task: Task, job: ChildJob, opts: Options, base: Path, res: TaskResult, b: BuildResult | None = None
+) -> None:
     """The task's small cases under memcheck, then racecheck: findings in its own sources, and a
     record of each tool's run (a tool that could not run is said so, never taken as clean)."""
     env = {**child_env(), "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}  # one allocation per tensor: memcheck sees bounds
@@ -370,6 +389,8 @@ def _sanitize(task: Task, job: ChildJob, opts: Options, base: Path, res: TaskRes
             res.sanitizer.append(SanitizerRun(tool, "not run", str(e)))
             continue
         policy = opts.policy(base.with_name(f"{base.name}-{tool}.work"))
+        if tool == "racecheck" and (lib := _sync_copies_lib(b, opts)):
+            job = dataclasses.replace(job, lib=lib)
         child = SpawnedChild(base.with_name(f"{base.name}-{tool}"), job=job, wrapper=wrapper, env=env, policy=policy)
         run = child.wait(opts.timeout_for(task) * 4)
         report = run.stdout + run.stderr

@@ -147,3 +147,45 @@ def test_a_bare_path_is_still_one_file_on_its_own(tmp_path, monkeypatch):
     assert r.ok and r.lib is not None and r.lib.parent == tmp_path / "build" / tmp_path.name
     assert r.lib.name.startswith("01_x.sol.") and r.verdict == Verdict.COMPILE_ERROR  # what a failure would mean
     assert Path(str(r.lib)[: -len(".so")] + ".json").exists() and Path(str(r.lib)[: -len(".so")] + ".log").exists()
+
+
+@pytest.mark.skipif(not _have_nvcc(), reason="nvcc not installed: install the CUDA toolkit to compile kernels")
+def test_racecheck_gets_a_build_whose_copies_land_at_their_issue(tmp_path, monkeypatch):
+    """racecheck counts a cp.async's write at its wait: a unit that reads course_mma.h is rebuilt for
+    it with COURSE_SYNC_COPIES, where cp_async_16 is a plain store (no cp.async in its PTX); a unit
+    without the header keeps its own library."""
+    from grader.parent import runner
+
+    monkeypatch.setattr(paths, "BUILD", tmp_path / "build")
+    src = tmp_path / "k.cu"
+    src.write_text(
+        '#include "course.h"\n#include "course_mma.h"\n'
+        "__global__ void k(const float4* x, float* y) {\n"
+        "    __shared__ float4 s[32];\n"
+        "    cp_async_16(&s[threadIdx.x], &x[threadIdx.x], 16);\n"
+        "    cp_async_commit();\n    cp_async_wait<0>();\n    __syncthreads();\n"
+        "    y[threadIdx.x] = s[31 - threadIdx.x].x;\n}\n"
+        "COURSE_API cudaError_t run(const float4* x, float* y) { k<<<1, 32>>>(x, y); return cudaGetLastError(); }\n"
+    )
+    plain = tmp_path / "plain.cu"
+    plain.write_text('#include "course.h"\n__global__ void k(float* x) { x[threadIdx.x] = 1.f; }\n')
+    nvcc = str(toolchain.find_nvcc())
+    inc = ["-I", str(paths.ROOT / "grader" / "include"), "-arch=sm_90", "-ptx", "-o", "-"]
+    ptx = {
+        sync: subprocess.run(
+            [nvcc, *inc, *(["-DCOURSE_SYNC_COPIES"] if sync else []), str(src)], capture_output=True, text=True
+        )
+        for sync in (False, True)
+    }
+    assert ptx[False].returncode == 0 and "cp.async.cg.shared.global" in ptx[False].stdout, ptx[False].stderr
+    assert ptx[True].returncode == 0 and "cp.async.cg" not in ptx[True].stdout and "st.shared" in ptx[True].stdout
+
+    opts = runner.Options()
+    for path, rebuilt in ((src, True), (plain, False)):
+        unit = BuildUnit("t/1", (path,), "t", f"{path.stem}.student", include_dirs=(paths.ROOT / "grader" / "include",))
+        built = build.build_all([unit], arch="sm_90")[unit]
+        assert built.ok, built.log
+        lib = runner._sync_copies_lib(built, opts)
+        assert (lib is not None) == rebuilt
+        if lib:
+            assert ".sync." in lib and lib != str(built.lib)

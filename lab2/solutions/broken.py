@@ -875,8 +875,9 @@ VARIANTS: dict[str, Variant] = {
         "rung 3 issues the refill of stage (kt - 1) % STAGES before the barrier that ends every warp's reads of"
         " tile kt - 1: a warp still loading that tile's fragments races with the new copies (write after read;"
         " the wait count is adjusted, so every tile has landed when it is read). The copies land hundreds of"
-        " cycles after they are issued, so the values rarely show it: racecheck does, on 16x4096x16 and"
-        " 32x1104x112, the small cases that refill stages",
+        " cycles after they are issued, so the values rarely show it; racecheck counts an asynchronous write at"
+        " its wait, so it finds the race only on the build whose cp_async_16 copies at once (COURSE_SYNC_COPIES),"
+        " on 16x4096x16 and 32x1104x112, the small cases that refill stages",
         mistake="stage overwrite",
     ),
     # --- task 16 (attention ladder). Batches: "16_attention.no_rescale", "16_attention.causal_sees_next"

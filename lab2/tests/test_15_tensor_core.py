@@ -62,8 +62,9 @@ products, wrong in every case whose K is not a multiple of 32 (the first, 16x16x
 one operand zero-filled is enough for the values, so a kernel that forgets it on one side only
 passes them, and only memcheck shows its reads past the matrix. A stage refilled before the
 barrier that ends every warp's reads of its previous tile is a race whose copies land hundreds of
-cycles after they are issued, mostly after the slow warp's last read: only racecheck finds it
-reliably (16x4096x16 and 32x1104x112 are small cases that refill stages). Below compute
+cycles after they are issued, mostly after the slow warp's last read: only racecheck finds it,
+on the build whose cp_async_16 copies at once (COURSE_SYNC_COPIES: racecheck counts an
+asynchronous write at its wait; 16x4096x16 and 32x1104x112 are small cases that refill stages). Below compute
 capability 8.0 the build of rung 3 is an empty kernel (and hgemm_3 returns cudaErrorNotSupported):
 the rules find no HMMA and no mma.sync in it, and their message says that rung 3 needs sm_80. The
 grader has no way to leave one entry of a task out by compute capability, so there the whole task
