@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from grader import toolchain
 from grader.tasks import catalogue
 from grader.tasks.spec import Task
 
@@ -76,8 +77,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         return
     # each worker's torch (and the graders and task processes it starts) on its share of the cores:
     # two workers' thread pools of every core each would spin against one another
-    threads = str(max(1, (os.cpu_count() or 1) // int(workerinput.get("workercount", 1))))
-    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    for name, threads in toolchain.cpu_share(int(workerinput.get("workercount", 1))).items():
         os.environ.setdefault(name, threads)
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))

@@ -373,9 +373,7 @@ def _sync_copies_lib(b: BuildResult | None, opts: Options) -> str | None:
     return str(built.lib) if built.ok and built.lib else None
 
 
-def _sanitize(
-    task: Task, job: ChildJob, opts: Options, base: Path, res: TaskResult, b: BuildResult | None = None
-) -> None:
+def _sanitize(task: Task, job: ChildJob, opts: Options, base: Path, res: TaskResult, b: BuildResult | None) -> None:
     """The task's small cases under memcheck, then racecheck: findings in its own sources, and a
     record of each tool's run (a tool that could not run is said so, never taken as clean)."""
     env = {**child_env(), "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}  # one allocation per tensor: memcheck sees bounds
