@@ -378,7 +378,7 @@ def _sanitize(task: Task, job: ChildJob, opts: Options, base: Path, res: TaskRes
     record of each tool's run (a tool that could not run is said so, never taken as clean)."""
     env = {**child_env(), "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}  # one allocation per tensor: memcheck sees bounds
     job = dataclasses.replace(job, timing=TimingMode.OFF, sanitize=True)
-    names = {Path(p).name for p in job.sources.values()}
+    headers = b.facts.headers if b and b.facts else []
     findings: list[sanitizer.Finding] = []
     for tool in sanitizer.TOOLS:
         try:
@@ -395,7 +395,7 @@ def _sanitize(task: Task, job: ChildJob, opts: Options, base: Path, res: TaskRes
         log = paths.BUILD / "sanitizer" / f"{task.lab}-{task.number}.{tool}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(report)  # the whole report, for whoever wants more than the summary
-        found = [f for name in names for f in sanitizer.parse(tool, report, Path(name))]
+        found = sanitizer.findings(tool, report, job.sources.values(), headers)
         findings += found
         res.sanitizer.append(sanitizer.outcome(tool, report, run.result.verdict is not None, found, paths.rel(log)))
     not_run = [s for s in res.sanitizer if s.status == "not run"]

@@ -1,10 +1,12 @@
 """compute-sanitizer runs: memcheck for out-of-bounds and misaligned accesses, racecheck for
-shared-memory races. Findings are kept only where they point into the task's own source."""
+shared-memory races. Findings are kept only where they point into the task's own source (or into
+the course's headers that it includes, whose helpers are inlined into its kernels)."""
 
 from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +31,21 @@ class Finding:
     def __str__(self) -> str:
         extra = f" ({self.detail})" if self.detail else ""
         return f"{self.tool}: {self.what} at {self.file}:{self.line}{extra}"
+
+
+def findings(tool: str, output: str, sources: Iterable[str], headers: Iterable[str]) -> list[Finding]:
+    """The findings in the task's sources and in the course's headers that its build read
+    (grader/include): their helpers (cp_async_16, ldmatrix_x4) are inlined into the student's kernel,
+    so a race between two of their lines is the kernel's race, where the task's own lines never show."""
+    helpers = {Path(h).name for h in headers if Path(h).parent.parts[-2:] == ("grader", "include")}
+    found = [f for name in {Path(s).name for s in sources} for f in parse(tool, output, Path(name))]
+    where = "in the course's helper, inlined into your kernel: look at your calls of it around the barriers"
+    for name in sorted(helpers):
+        found += [
+            Finding(f.tool, f.what, f"grader/include/{name}", f.line, f"{f.detail}; {where}" if f.detail else where)
+            for f in parse(tool, output, Path(name))
+        ]
+    return found
 
 
 def find_sanitizer() -> str | None:

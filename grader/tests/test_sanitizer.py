@@ -62,3 +62,27 @@ def test_a_sanitizer_that_could_not_run_is_never_a_clean_run():
     assert refused.status == "not run" and "terminated before" in refused.detail and "x.log" in refused.detail
     silent = outcome("racecheck", "", True, [], "x.log")  # the task ran but the tool printed no summary
     assert silent.status == "not run" and "printed nothing" in silent.detail
+
+
+HELPER_RACE = """\
+========= Warning: Potential WAR hazard detected at __shared__ 0x1200 in block (0,0,0) :
+=========     Read Thread (64,0,0) at hgemm_mma_kernel(int)+0x9c0 in /c/grader/include/course_mma.h:93
+=========     Write Thread (0,0,0) at hgemm_mma_kernel(int)+0x3f0 in /c/grader/include/course_mma.h:53
+========= Warning: Potential RAW hazard detected at __shared__ 0x80 in block (0,0,0) :
+=========     Write Thread (1,0,0) at void at::native::reduce_kernel()+0x230 in /torch/Reduce.cuh:28
+=========     Read Thread (0,0,0) at void at::native::reduce_kernel()+0x5f0 in /torch/Reduce.cuh:34
+"""
+
+
+def test_a_race_inside_the_course_helpers_is_the_kernels_race():
+    """A stage refilled too early races between cp_async_16 and ldmatrix_x4, both inlined from
+    course_mma.h: the task's own file never appears in the report. The header counts only when the
+    build read it; a race inside torch's code never counts."""
+    from grader.parent.sanitizer import findings
+
+    sources, headers = ["/s/lab2/15_tensor_core.cu"], ["/c/grader/include/course.h", "/c/grader/include/course_mma.h"]
+    (f,) = findings("racecheck", HELPER_RACE, sources, headers)
+    assert f.file == "grader/include/course_mma.h" and f.line == 93 and "line 53" in f.what
+    assert "inlined into your kernel" in f.detail
+    assert findings("racecheck", HELPER_RACE, sources, headers[:1]) == []
+    assert findings("racecheck", HELPER_RACE, sources, ["/elsewhere/include/course_mma.h"]) == []
