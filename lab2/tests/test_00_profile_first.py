@@ -31,8 +31,8 @@ target measures, does not depend much on the number of rounds.
 The target, 50x over smooth_slow: by the chapter's estimates the reference is hundreds of times
 faster (a few microseconds per round against at least 130 us of PCIe copies plus the one-thread
 kernel), while a version that fixes the host side but keeps one thread per block gets well under
-50x (by the same estimates about 100 us a round in its kernel against the 2.3 ms a round measured
-for smooth_slow on an H100, some 20x) and must earn nothing (lab2/solutions/broken.py).
+50x (its 2^20 one-thread blocks take about 0.6 ms a round to start, empty or not, against the
+2.3 ms a round measured for smooth_slow: some 4x) and must earn nothing (lab2/solutions/broken.py).
 """
 
 from grader.tasks import NO_LIBRARIES, Case, CudaTask, Entry, In, Int, Out, PerfTarget, Rule

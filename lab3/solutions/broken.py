@@ -140,7 +140,7 @@ VARIANTS: dict[str, Variant] = {
         ],
         {"wrong"},
         "wrong",
-        "forgets the bias: every output off by |b[j]|, far past linear's atol of 2e-3",
+        "forgets the bias: every output off by |b[j]|, far past linear's atol of 5e-4",
         mistake="missing bias",
     ),
     "02_cuda_mlp.no_relu": Variant(
@@ -484,8 +484,32 @@ VARIANTS: dict[str, Variant] = {
         ],
         {"wrong"},
         "wrong",
-        "the kernel forgets the bias: every output off by |b[j]| ~ N(0, 1), far past atol 2e-3, on the first case",
+        "the kernel forgets the bias: every output off by |b[j]| ~ N(0, 1), far past atol 5e-4, on the first case",
         mistake="missing bias",
+    ),
+    "06_extension.products_in_tf32": Variant(
+        "06_extension.cu",
+        [
+            (
+                "        for (int kk = 0; kk < TILE; ++kk) acc += xs[ty][kk] * ws[tx][kk];\n",
+                "        for (int kk = 0; kk < TILE; ++kk) {\n"
+                "            if constexpr (sizeof(T) == 4) {  // both factors rounded to TF32's 10 mantissa bits\n"
+                "                const unsigned ua = (__float_as_uint(xs[ty][kk]) + 0x1000u) & 0xffffe000u;\n"
+                "                const unsigned uc = (__float_as_uint(ws[tx][kk]) + 0x1000u) & 0xffffe000u;\n"
+                "                const float a = __uint_as_float(ua), c = __uint_as_float(uc);\n"
+                "                acc += a * c;\n"
+                "            } else {\n"
+                "                acc += xs[ty][kk] * ws[tx][kk];\n"
+                "            }\n"
+                "        }\n",
+            )
+        ],
+        {"wrong"},
+        "wrong",
+        "float32 products of inputs rounded to TF32 (what a tensor-core kernel in TF32 computes; float64 stays"
+        " exact, so gradcheck passes): about 3e-4 rms off at K = 784, under the worst-case bound of 2e-3 for"
+        " every output of 64x784->1000 (1.4e-3 at most, simulated on the CPU) but past 5e-4 for some 9%",
+        mistake="precision downgrade",
     ),
     "06_extension.launch_on_default_stream": Variant(
         "06_extension.cu",
@@ -545,7 +569,7 @@ VARIANTS: dict[str, Variant] = {
                 "    namespace lib = at;  // the product by ATen (cuBLAS), spelled so that no text rule sees it\n"
                 "    y.copy_(lib::addmm(bc, xc, wc.t()));\n"
                 '    // "CUDA error" is what the grader reads as a crash of yours\n',
-            )
+            ),
         ],
         {"rule violation"},
         "as compiled, calls at::_ops::addmm",
@@ -705,6 +729,7 @@ BATCHES = [
     ["04_cudnn.direct_filter_transposed", "06_extension.binding_skips_contiguous", "07_faster.weights_copied_once"],
     ["04_cudnn.graph_rebuilt_every_call", "06_extension.grad_x_by_broadcast", "07_faster.lt_in_tf32"],
     ["06_extension.forward_by_aten"],
+    ["06_extension.products_in_tf32"],
 ]
 SANITIZED: list[str] = []
 AT_BUILD: list[str] = []

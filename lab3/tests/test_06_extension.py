@@ -38,12 +38,16 @@ Inputs: x ~ N(0, 1), w ~ N(0, 1/in), b ~ N(0, 1), as in task 02 (every output of
 missing bias off by |b|).
 
 Tolerances.
-- Values (float32, atol 2e-3, rtol 0): task 02's bound. A float32 dot product of K terms plus the
-  bias, in any order, is off by at most gamma_(K+1)·(sum|x_k·w_k| + |b|), gamma_m = m·u/(1 - m·u),
-  u = 2^-24; at K = 1000 that is 1.7e-3 on these inputs, so 2e-3 passes any correct summation
-  order while zeros, a transposed weight (off by about 1), a missing bias (off by |b|, over 2e-3
-  for 99.8% of the outputs) or a skipped k tail (about 0.1) fail. rtol 0: the bound does not scale
-  with |y|.
+- Values (float32, atol 5e-4, rtol 0): task 02's tolerance for the same kernel on the same inputs
+  (x ~ N(0, 1), w ~ N(0, 1/in), b ~ N(0, 1)). A float32 dot product of K terms plus the bias can be
+  off by gamma_(K+1)·(sum|x_k·w_k| + |b|) at worst, gamma_m = m·u/(1 - m·u), u = 2^-24: 1.7e-3 at
+  K = 1000; rounding errors behave as independent terms, so a real sum is off by about
+  sqrt(K)·u·29 = 5.5e-5, and 5e-4 is nine times that. A kernel that rounds its inputs to TF32 or
+  fp16 (10 bits of mantissa) is off by about 3e-4 rms at K = 784 (largest 1.4e-3 over 64,000
+  outputs, on the CPU), so some 9% of its outputs fail 5e-4, where the worst-case bound of 2e-3
+  would let every one of them pass; zeros, a
+  transposed weight (off by about 1), a missing bias (off by |b|) or a skipped k tail (about 0.1)
+  fail by far. rtol 0: the error does not scale with |y|.
 - gradcheck: its defaults (atol 1e-5, rtol 1e-3) in float64, where the kernel's rounding (1e-16
   relative) is far below finite differences' own error (eps = 1e-6: about 1e-10); a gradient that
   is missing, scaled or summed over the wrong axis is off by order 1. (A gradient of the wrong
@@ -71,7 +75,7 @@ from grader.tasks.rules import never_references
 
 BATCHES = [1, 7, 64]
 LAYERS = [(784, 1000), (1000, 10), (33, 17)]
-LINEAR_ATOL = 2e-3
+LINEAR_ATOL = 5e-4  # see the docstring: task 02's, the probabilistic bound times nine
 TRAIN_STEPS = 100  # about 4.5 epochs of the offline digits, a tenth of one of MNIST; seconds on a GPU
 TRAIN_ATOL, TRAIN_RTOL = 2e-5, 1e-5
 
@@ -329,7 +333,8 @@ TASK = TorchExtensionTask(
     timeout=240,
     checks=[runs_on_the_callers_stream, captures_into_a_cuda_graph, backward_calls_the_op, training_matches_torch],
     mistakes={
-        "missing bias": "every case: b ~ N(0, 1), far past atol 2e-3",
+        "missing bias": "every case: b ~ N(0, 1), far past atol 5e-4",
+        "precision downgrade": "the 784->1000 cases: inputs rounded to TF32 are off by about 3e-4 rms, 9% past 5e-4",
         "backward formula": (
             "gradcheck in float64 at 7x33->17 (a missing, scaled or summed-wrong gradient), and opcheck's sample with"
             " inputs requiring grad (a gradient of the wrong shape)"
