@@ -31,6 +31,12 @@ def main(argv: list[str] | None = None) -> int:
         "--no-variants", dest="variants", action="store_false", help="skip grading the broken variants (faster)"
     )
     v.add_argument(
+        "--no-calibration",
+        dest="calibration",
+        action="store_false",
+        help="skip checking that each task's checks can fail (tests/test_calibration.py does it task by task)",
+    )
+    v.add_argument(
         "--jobs",
         type=int,
         default=max(1, min(8, (os.cpu_count() or 2) // 2)),
@@ -82,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "verify":
         from grader.instructor.verify import verify
 
-        return verify(a.labs, say, variants=a.variants, jobs=a.jobs, selectors=a.task, gates=a.gates)
+        return verify(
+            a.labs, say, variants=a.variants, jobs=a.jobs, selectors=a.task, gates=a.gates, calibration=a.calibration
+        )
     if a.cmd == "skeletons":
         try:
             if a.check:

@@ -28,9 +28,10 @@ def verify(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
 
 @needs_solutions
 def test_verify_on_the_cpu_passes():
-    # --no-variants: tests/test_broken_variants.py grades every variant a CPU can grade, one test each
-    # (verify's variant pass would grade them all a second time in the same CI run)
-    out = verify("--no-variants", timeout=900)
+    # --no-variants and --no-calibration: tests/test_broken_variants.py grades every variant a CPU can
+    # grade and tests/test_calibration.py calibrates every task, one test each (verify's own passes
+    # would do both a second time in the same CI run)
+    out = verify("--no-variants", "--no-calibration", timeout=900)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "compiles, not started" in out.stdout
 

@@ -293,6 +293,18 @@ class _UnitProblem(Exception):  # noqa: N818 - carries a verdict, like CheckFail
         self.message = message
 
 
+def _keyed_path(path: Path) -> str:
+    """A source or include folder as the build key names it: relative to the checkout when inside
+    it, so that a copy of the checkout (a student release made from it with its .build, a clone
+    moved elsewhere) finds the builds of the same files at the same places. The headers such a
+    build read are still checked, each at the path the build recorded, before it is reused."""
+    full = Path(os.path.abspath(path))
+    try:
+        return f"<checkout>/{full.relative_to(paths.ROOT)}"
+    except ValueError:
+        return str(full)
+
+
 def _plan(unit: BuildUnit, arch: str, identity: str, nvcc: Path) -> _Plan:
     refused = [f for f in unit.flags if f in REFUSED_TASK_FLAGS or f.startswith(("-G", "--device-debug"))]
     if refused:
@@ -314,7 +326,7 @@ def _plan(unit: BuildUnit, arch: str, identity: str, nvcc: Path) -> _Plan:
         list(unit.flags),
         arch,
         identity,
-        [str(d) for d in unit.include_dirs],
+        [_keyed_path(d) for d in unit.include_dirs],
     ]
     for dist in unit.include_packages:
         if dist not in packages.HEADER_PACKAGES:
@@ -349,7 +361,7 @@ def _plan(unit: BuildUnit, arch: str, identity: str, nvcc: Path) -> _Plan:
     material.append(["facts", unit.facts, unit.sass, unit.ptx_only])
     h = hashlib.sha256(json.dumps(material).encode())
     for src in unit.sources:
-        h.update(os.path.abspath(src).encode() + b"\0")
+        h.update(_keyed_path(src).encode() + b"\0")
         try:
             h.update(src.read_bytes())
         except OSError as e:

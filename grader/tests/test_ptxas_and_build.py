@@ -107,6 +107,25 @@ def test_build_caches_by_content_and_reports_errors(tmp_path, monkeypatch):
     assert not build.build_all([good], arch="sm_90")[good].cached
 
 
+def test_a_copy_of_the_checkout_finds_the_same_builds(tmp_path, monkeypatch):
+    """The key names a source by its place in the checkout: a student release made with a copy of
+    .build (or a moved clone) reuses the builds of its unchanged files; another place, or another
+    file's content, is another key."""
+    keys = {}
+    for root in ("a", "b"):
+        lab = tmp_path / root / "lab1"
+        lab.mkdir(parents=True)
+        (lab / "01.cu").write_text("__global__ void k() {}\n")
+        (lab / "02.cu").write_text("__global__ void k() {}\n")
+        monkeypatch.setattr(paths, "ROOT", tmp_path / root)
+        monkeypatch.setattr(paths, "BUILD", tmp_path / root / ".build")
+        for name in ("01", "02"):
+            unit = BuildUnit("lab1/x", (lab / f"{name}.cu",), "lab1", "x.student", include_dirs=(lab,))
+            keys[root, name] = build._plan(unit, "sm_90", "nvcc 13.0", Path("nvcc")).key
+    assert keys["a", "01"] == keys["b", "01"] and keys["a", "02"] == keys["b", "02"]
+    assert keys["a", "01"] != keys["a", "02"]  # the same content at another place
+
+
 @pytest.mark.skipif(not _have_nvcc(), reason="nvcc not installed: install the CUDA toolkit to compile kernels")
 def test_a_unit_of_several_files_links_into_one_library(tmp_path, monkeypatch):
     """Each file is its own translation unit: course.h in both must link (course_error_name is
