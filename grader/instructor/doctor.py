@@ -73,7 +73,8 @@ class Row:
 class Requirement:
     spec: str  # as written in requirements.txt, e.g. "torch>=2.4"
     name: str
-    minimum: str | None = None  # only ">=" is checked; other operators are passed to pip as they are
+    minimum: str | None = None  # ">=": checked, as "<" is; other operators are passed to pip as they are
+    below: str | None = None  # "<": a release known to break the course (requirements.txt says which)
 
     @property
     def modules(self) -> tuple[str, ...]:
@@ -87,7 +88,8 @@ def parse_requirement(line: str) -> Requirement | None:
     m = re.match(r"([A-Za-z0-9_.\-]+)\s*(?:\[[^\]]*\])?\s*(?:>=\s*([0-9][0-9.]*))?", text)
     if not m:
         return None
-    return Requirement(text.replace(" ", ""), m.group(1), m.group(2))
+    below = re.search(r"<\s*([0-9][0-9.]*)", text)
+    return Requirement(text.replace(" ", ""), m.group(1), m.group(2), below.group(1) if below else None)
 
 
 def requirements(path: Path | None = None) -> list[Requirement] | None:
@@ -124,6 +126,8 @@ def missing_requirements(reqs: Sequence[Requirement]) -> list[str]:
         if version is None and not all(_findable(mod) for mod in req.modules):
             missing.append(req.spec)
         elif version and req.minimum and vtuple(version) < vtuple(req.minimum):
+            missing.append(req.spec)
+        elif version and req.below and vtuple(version) >= vtuple(req.below):
             missing.append(req.spec)
     return missing
 
@@ -191,7 +195,13 @@ def _probe_package(req: Requirement) -> PackageState:
         version = str(getattr(first, "__version__", "?"))
     where = os.path.dirname(os.path.dirname(os.path.abspath(getattr(first, "__file__", None) or "")))
     origin = "" if where.startswith(sys.prefix) else where
-    status = "old" if req.minimum and vtuple(version) < vtuple(req.minimum) else "ok"
+    status = (
+        "old"
+        if req.minimum and vtuple(version) < vtuple(req.minimum)
+        else "new"
+        if req.below and vtuple(version) >= vtuple(req.below)
+        else "ok"
+    )
     return PackageState(req.name, status, version, origin)
 
 
@@ -408,6 +418,7 @@ def python_rows(f: Facts) -> list[Row]:
         what = {
             "missing": "not installed",
             "old": f"{p.version} is too old (need {req.spec})",
+            "new": f"{p.version} is a release the course cannot use (need {req.spec}: requirements.txt says why)",
             "broken": f"installed but its import fails: {p.error}",
             "crashed": "importing it crashed the interpreter",
         }.get(p.status, p.status)

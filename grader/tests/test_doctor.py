@@ -197,6 +197,11 @@ def test_requirements_are_parsed_and_missing_ones_listed(tmp_path: Path):
     assert reqs[0].minimum == "8" and reqs[0].spec == "pytest>=8"
     assert doctor.missing_requirements(reqs) == ["numpy>=999", "grader-surely-not-installed-pkg"]
     assert doctor.requirements(tmp_path / "nope.txt") is None
+    # an upper bound names a release the course cannot use: the installed one at or past it is reinstalled
+    bounded = doctor.parse_requirement("pytest>=8,<1.0  # why")
+    assert bounded is not None and bounded.minimum == "8" and bounded.below == "1.0"
+    assert doctor.missing_requirements([bounded]) == ["pytest>=8,<1.0"]
+    assert doctor.missing_requirements([doctor.parse_requirement("pytest>=8,<999")]) == []
     assert doctor.vtuple("2.13.0+cu130") == (2, 13, 0) and doctor.vtuple("13.0") > doctor.vtuple("12.8")
 
 
