@@ -178,6 +178,8 @@ class ChildReport:
     device: DeviceInfo | None = None
     sandbox: list[str] = field(default_factory=list)  # what the sandbox held, when the task ran in one
     build_seconds: float | None = None  # what the task process built (a PyTorch extension), when it built
+    # entry points this card cannot run (Entry.min_cc, max_cc) -> why: left out, neither passed nor failed
+    skipped: dict[str, str] = field(default_factory=dict)
 
     def dump(self, path: Path) -> None:
         tmp = path.with_suffix(".tmp")
@@ -277,6 +279,8 @@ class TaskResult:
     build_seconds: float | None = None  # the build's seconds when this run built it; None: cached, or none
     points: float = 0.0
     max_points: float = 0.0
+    # entry points this card cannot run (Entry.min_cc, max_cc) -> why: not checked, timed or scored here
+    skipped: dict[str, str] = field(default_factory=dict)
 
     @property
     def task_id(self) -> str:

@@ -186,6 +186,23 @@ def normalize_arch(text: str) -> str:
     return "sm_" + t
 
 
+def compute_capability(arch: str) -> tuple[int, int]:
+    """(major, minor) of an architecture: sm_90 and sm_90a are (9, 0), sm_120 is (12, 0)."""
+    digits = normalize_arch(arch).removeprefix("sm_").rstrip("af")
+    return int(digits[:-1]), int(digits[-1])
+
+
+def specific_arch(arch: str) -> str:
+    """The architecture-specific target of `arch`: sm_90a for sm_90, sm_100a for sm_100. Code built
+    for it may use the instructions of that architecture alone (sm_90a's wgmma and setmaxnreg,
+    sm_100a's tcgen05) and runs on that compute capability only. Before 9.0 there is none, and a
+    target that is already specific (sm_90a, sm_100f) stays as it is."""
+    arch = normalize_arch(arch)
+    if arch.endswith(("a", "f")) or compute_capability(arch) < (9, 0):
+        return arch
+    return arch + "a"
+
+
 def target_arch() -> str:
     """GRADER_ARCH if set, else the first GPU's, else the course's reference card's."""
     if os.environ.get("GRADER_ARCH"):
@@ -196,7 +213,8 @@ def target_arch() -> str:
 
 def gencode_flags(arch: str, sass: bool = True) -> list[str]:
     """SASS for the card plus PTX, so a newer card can still JIT the kernel; `sass=False`: the PTX
-    alone (ptxas never runs: a build that only asks whether the code compiles)."""
+    alone (ptxas never runs: a build that only asks whether the code compiles). An
+    architecture-specific target (sm_90a) gives PTX that only its own compute capability runs."""
     supported = nvcc_arches()
     if supported and arch.rstrip("af") not in supported:
         raise ToolchainError(

@@ -8,10 +8,12 @@ parallel, each step's output kept in the unit's log.
 Outputs are named by a key over everything that goes into the build: every source (content and
 path, since `__FILE__` is compiled in), course.h, the course's flags and the task's, the
 libraries (where they were found, their versions), the header wheels (their versions), nvcc's
-version and the architecture. A record beside each library (`.json`) lists the headers the
-preprocessor read: those outside the toolkit, the system and installed wheels (which the key
-covers by their versions) are stored with a hash of their content, so editing a header the task
-includes rebuilds it, while a lookup of an unchanged task costs a few hashes and one small read.
+version and the architecture (sm_90a rather than sm_90 for a task built for the card's
+architecture-specific target: `CudaTask.arch_specific`). A record beside each library (`.json`)
+lists the headers the preprocessor read: those outside the toolkit, the system and installed
+wheels (which the key covers by their versions) are stored with a hash of their content, so
+editing a header the task includes rebuilds it, while a lookup of an unchanged task costs a few
+hashes and one small read.
 
 The record also keeps what the rules judge (grader/parent/static_checks.py): the headers that
 belong to a library and the line of a graded file that brought each in, the shared libraries and
@@ -80,6 +82,9 @@ class BuildUnit:
     # True: PTX only, ptxas never runs (a third of the time for a check that the code compiles, as the
     # course's check of every broken variant asks; the library cannot run on a card until JIT-compiled)
     ptx_only: bool = False
+    # True: built for the architecture-specific target of the card's (sm_90a for sm_90), whose code
+    # runs on that compute capability alone (CudaTask.arch_specific)
+    arch_specific: bool = False
 
     @classmethod
     def for_task(cls, task: CudaTask, sources: Mapping[str, Path], variant: str) -> BuildUnit:
@@ -98,6 +103,7 @@ class BuildUnit:
             include_packages=tuple(task.include_packages),
             include_dirs=(task.lab_dir(),),
             sass=any(getattr(r, "kind", "") in SASS_RULES for r in task.rules),
+            arch_specific=task.arch_specific,
         )
 
     @classmethod
@@ -177,6 +183,7 @@ class BuildResult:
     verdict: Verdict = Verdict.COMPILE_ERROR
     unit: BuildUnit | None = None
     facts: BuildFacts | None = None
+    arch: str = ""  # the target it was built for (sm_90, sm_90a); "" where no build was tried
 
 
 def first_error(log: str) -> str:
@@ -262,6 +269,7 @@ def _toolkit(nvcc: Path) -> Toolkit:
 @dataclass
 class _Plan:
     unit: BuildUnit
+    arch: str  # the target: the run's, or its architecture-specific form for an arch_specific unit
     key: str
     base: Path  # outputs: base.so, base.log, base.json; base.work<pid>/ while building
     compile_extra: list[str]  # -I for header wheels and libraries, the task's flags
@@ -370,7 +378,7 @@ def _plan(unit: BuildUnit, arch: str, identity: str, nvcc: Path) -> _Plan:
         h.update(header.read_bytes())
     key = h.hexdigest()[:16]
     base = paths.BUILD / unit.group / f"{unit.stem}.{key}"
-    return _Plan(unit, key, base, compile_extra, link_extra, external)
+    return _Plan(unit, arch, key, base, compile_extra, link_extra, external)
 
 
 def _hash_file(path: str) -> str | None:
@@ -399,7 +407,15 @@ def _cached(plan: _Plan) -> BuildResult | None:
         return None
     log = plan.log.read_text() if plan.log.exists() else ""
     return BuildResult(
-        plan.unit.sources[0], True, plan.lib, log, kernels=kernels, cached=True, unit=plan.unit, facts=facts
+        plan.unit.sources[0],
+        True,
+        plan.lib,
+        log,
+        kernels=kernels,
+        cached=True,
+        unit=plan.unit,
+        facts=facts,
+        arch=plan.arch,
     )
 
 
@@ -451,7 +467,7 @@ def build_all(
     for item in units:
         unit = BuildUnit.single(item) if isinstance(item, Path) else item
         try:
-            plan = _plan(unit, arch, identity, nvcc)
+            plan = _plan(unit, toolchain.specific_arch(arch) if unit.arch_specific else arch, identity, nvcc)
         except _UnitProblem as e:
             results[item] = BuildResult(unit.sources[0], False, None, error=e.message, verdict=e.verdict, unit=unit)
             continue
@@ -464,7 +480,7 @@ def build_all(
     if todo:
         start = time.perf_counter()
         plans = [plan for plan, _ in todo.values()]
-        _run_builds(plans, arch, jobs, nvcc, confine)
+        _run_builds(plans, jobs, nvcc, confine)
         elapsed = time.perf_counter() - start
         tk = _toolkit(nvcc)
         for plan, items in todo.values():
@@ -475,13 +491,13 @@ def build_all(
     return results
 
 
-def _compile_command(plan: _Plan, i: int, src: Path, arch: str, nvcc: Path) -> list[str]:
+def _compile_command(plan: _Plan, i: int, src: Path, nvcc: Path) -> list[str]:
     work = plan.work
     return [
         str(nvcc),
         *FLAGS,
         *objects.SECTION_FLAGS,  # one section per function: its relocations say what it calls
-        *toolchain.gencode_flags(arch, sass=not plan.unit.ptx_only),
+        *toolchain.gencode_flags(plan.arch, sass=not plan.unit.ptx_only),
         f"-I{paths.INCLUDE}",
         *plan.compile_extra,
         # the headers this compile read, for the cache and the library rule; the PTX and the
@@ -499,12 +515,12 @@ def _compile_command(plan: _Plan, i: int, src: Path, arch: str, nvcc: Path) -> l
     ]
 
 
-def _link_command(plan: _Plan, objects: list[Path], arch: str, nvcc: Path) -> list[str]:
+def _link_command(plan: _Plan, objects: list[Path], nvcc: Path) -> list[str]:
     return [
         str(nvcc),
         *FLAGS,
         *LINK_FLAGS,
-        *toolchain.gencode_flags(arch, sass=not plan.unit.ptx_only),
+        *toolchain.gencode_flags(plan.arch, sass=not plan.unit.ptx_only),
         *[str(o) for o in objects],
         "-o",
         str(plan.work / "lib.so"),
@@ -516,7 +532,7 @@ def _compiled(plan: _Plan) -> list[tuple[int, Path]]:
     return [(i, s) for i, s in enumerate(plan.unit.sources) if s.suffix in COMPILED]
 
 
-def _run_builds(plans: list[_Plan], arch: str, jobs: int | None, nvcc: Path, confine: Confine | None = None) -> None:
+def _run_builds(plans: list[_Plan], jobs: int | None, nvcc: Path, confine: Confine | None = None) -> None:
     steps: list[tuple[list[Path], list[Path], str]] = []  # (outputs, inputs, shell command)
     for plan in plans:
         shutil.rmtree(plan.work, ignore_errors=True)
@@ -533,9 +549,9 @@ def _run_builds(plans: list[_Plan], arch: str, jobs: int | None, nvcc: Path, con
         objects = []
         for i, src in _compiled(plan):
             obj = plan.work / f"{i}.o"
-            steps.append(([obj], [src], step(_compile_command(plan, i, src, arch, nvcc), plan.work / f"{i}.log")))
+            steps.append(([obj], [src], step(_compile_command(plan, i, src, nvcc), plan.work / f"{i}.log")))
             objects.append(obj)
-        link = step(_link_command(plan, objects, arch, nvcc), plan.work / "link.log")
+        link = step(_link_command(plan, objects, nvcc), plan.work / "link.log")
         steps.append(([plan.work / "lib.so"], objects, link))
     ninja = _ninja()
     if ninja is None or len(steps) <= 2:
@@ -606,6 +622,7 @@ def _finish(plan: _Plan, tk: Toolkit) -> BuildResult:
                 error=problem or first_error(log),
                 verdict=Verdict.ENVIRONMENT if problem else Verdict.COMPILE_ERROR,
                 unit=unit,
+                arch=plan.arch,
             )
         record = _record(plan, tk, log)
         paths.write_atomically(plan.record, json.dumps(record))
@@ -618,6 +635,7 @@ def _finish(plan: _Plan, tk: Toolkit) -> BuildResult:
             kernels=[KernelResources(**k) for k in record["kernels_resources"]],
             unit=unit,
             facts=_facts_from(record),
+            arch=plan.arch,
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -84,19 +84,31 @@ CUDNN_FRONTEND_FUNCTION = re.compile(r"^_ZNK?14cudnn_frontend")
 DRIVER_ENTRY_POINTS = {"cudaGetDriverEntryPoint", "cudaGetDriverEntryPointByVersion"}
 
 
+# The course's own (grader/include/course_mma.h): course_tensor_map_2d asks the runtime for the
+# driver's cuTensorMapEncodeTiled, by name, to describe a matrix to TMA (lab 2's Hopper GEMM rung),
+# and for nothing else, so that no task links libcuda. Its mangled name, signature and all: an
+# overload of the same name is the student's own code, and gets no exemption.
+COURSE_TENSOR_MAP_FUNCTION = re.compile(
+    r"^_Z20course_tensor_map_2dP14CUtensorMap_st24CUtensorMapDataType_enumPKvmmmjj23CUtensorMapSwizzle_enum$"
+)
+COURSE_TENSOR_MAP_HEADER = "course_mma.h"  # the course's, in grader/include
+
+
 def library_lookup(symbol: str, functions: Iterable[str], headers: Iterable[str]) -> bool:
-    """Whether a lookup is a header library's own, not the student's: NVTX's loader, or the cuDNN
-    frontend's driver entry points, called only from the library's own functions, in a build that
-    read that library's headers."""
+    """Whether a lookup is a header library's own, not the student's: NVTX's loader, the cuDNN
+    frontend's driver entry points or the course's tensor-map helper, called only from the
+    library's own functions, in a build that read that library's headers."""
     names = list(functions)
     if nvtx_only(names, headers):
         return True
-    return (
-        symbol in DRIVER_ENTRY_POINTS
-        and bool(names)
-        and all(CUDNN_FRONTEND_FUNCTION.match(n) for n in names)
-        and any("/cudnn_frontend" in h for h in headers)
-    )
+    if symbol not in DRIVER_ENTRY_POINTS or not names:
+        return False
+    heads = list(headers)
+    if all(CUDNN_FRONTEND_FUNCTION.match(n) for n in names) and any("/cudnn_frontend" in h for h in heads):
+        return True
+    course = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "include")
+    header = os.path.join(course, COURSE_TENSOR_MAP_HEADER)
+    return all(COURSE_TENSOR_MAP_FUNCTION.match(n) for n in names) and any(os.path.normpath(h) == header for h in heads)
 
 
 # --- readelf ------------------------------------------------------------------------------------

@@ -311,6 +311,19 @@ def device_info() -> DeviceInfo:
     )
 
 
+def card_skips(task: CudaTask) -> dict[str, str]:
+    """The task's entry points that this process's GPU (device 0) cannot run, each with the reason:
+    an entry built for another compute capability (Entry.min_cc, max_cc; lab 2's rung 4 is sm_90's)."""
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    return task.skipped((props.major, props.minor))
+
+
+def skip_notes(skipped: dict[str, str]) -> list[str]:
+    return [f"{why}: `{symbol}` is skipped here (neither checked, timed nor scored)" for symbol, why in skipped.items()]
+
+
 def run(task: CudaTask, job: ChildJob, rec: Recorder) -> None:
     import torch
 
@@ -330,11 +343,18 @@ def run(task: CudaTask, job: ChildJob, rec: Recorder) -> None:
         return
     rec.set(device=device_info())
     torch.cuda.init()
+    skipped = card_skips(task)
+    if skipped and len(skipped) == len(task.entries):
+        rec.set(verdict=Verdict.SKIPPED, message="; ".join(skipped.values()), skipped=skipped)
+        return
+    entries = [e for e in task.entries if e.symbol not in skipped]  # the ones this card runs
+    rec.set(skipped=skipped)
     assert job.lib is not None, "a CUDA task's job names its built library"
     # what the build recorded about the task's kernels, read before any of the task's code loads
     facts = observe.read_facts(Path(job.lib)) if observe.observed_rules(task) else None
     lib = Library(Path(job.lib))
     ctx = RunContext(task, lib)
+    ctx.notes += skip_notes(skipped)
     eps = {e.symbol: lib.function(e.symbol, e.args) for e in task.entries}
     report = rec.report
     try:
@@ -343,7 +363,7 @@ def run(task: CudaTask, job: ChildJob, rec: Recorder) -> None:
             check(ctx)
         for case in chosen_cases(task.cases, job):
             draws = task.seeds if case.small and not job.sanitize else 1
-            for entry in task.entries:
+            for entry in entries:
                 for draw in range(draws):
                     rec.at(Stage.CHECKING, f"{entry.symbol}, case {case.label}")
                     report.cases.append(run_case(task, entry, eps[entry.symbol], case, ctx, draw))
@@ -356,9 +376,9 @@ def run(task: CudaTask, job: ChildJob, rec: Recorder) -> None:
             scored = {task.timing_case, *(p.case for p in task.perf)}
             for case in timed:
                 # a sweep case is for the throughput plot: an entry without a baseline has no line there
-                swept = [e for e in task.entries if e.symbol in task.sweep_entries or not task.sweep_entries]
-                entries = task.entries if case.label in scored else [e for e in swept if e.baseline is not None]
-                for entry in entries:
+                swept = [e for e in entries if e.symbol in task.sweep_entries or not task.sweep_entries]
+                timed_here = entries if case.label in scored else [e for e in swept if e.baseline is not None]
+                for entry in timed_here:
                     rec.at(Stage.TIMING, f"timing {entry.symbol}, case {case.label}")
                     row = time_entry(task, entry, eps[entry.symbol], case, budget, limits)
                     row.sweep = case.label not in scored
@@ -366,12 +386,12 @@ def run(task: CudaTask, job: ChildJob, rec: Recorder) -> None:
             if ladder:
                 from grader.child.ladder import run_ladder
 
-                report.timings += run_ladder(task, eps, limits, rec, budget)
+                report.timings += run_ladder(task, eps, limits, rec, budget, skipped)
         # the rules on what a call launched: once per task, after the timing, which the profiler
         # (CUPTI) must not disturb
         if observe.observed_rules(task):
             rec.at(Stage.OBSERVING, "observing one call of each entry point the rules name (torch.profiler)")
-            observe.check(task, job, facts, eps, ctx.notes)
+            observe.check(task, job, facts, eps, ctx.notes, skipped)
     except CheckFailure as f:
         rec.set(verdict=f.verdict, message=f.message.replace("sanitize-labN", f"sanitize-{task.lab}"), notes=ctx.notes)
         return

@@ -14,7 +14,7 @@ on, and says so when it did.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -412,9 +412,15 @@ def time_case(
 
 
 def run_ladder(
-    task: CudaTask, eps: Mapping[str, EntryPoint], limits: timing.Limits, rec: Recorder, budget: timing.Budget
+    task: CudaTask,
+    eps: Mapping[str, EntryPoint],
+    limits: timing.Limits,
+    rec: Recorder,
+    budget: timing.Budget,
+    skipped: Collection[str] = (),
 ) -> list[Timing]:
-    """Every sweep size of the task's ladder: rungs and baselines interleaved, size by size."""
+    """Every sweep size of the task's ladder: rungs and baselines interleaved, size by size. The
+    rungs in `skipped` (this card cannot run them) are left out: their table rows stay empty."""
     import torch
 
     ladder = task.ladder
@@ -427,7 +433,9 @@ def run_ladder(
     rows: list[Timing] = []
     for case in ladder.sweep:
         rec.at(Stage.TIMING, f"ladder {ladder.name}, case {case.label}")
-        rungs = [(task.entry(s), eps[s]) for s in ladder.rungs]
+        rungs = [(task.entry(s), eps[s]) for s in ladder.rungs if s not in skipped]
+        if not rungs:
+            break  # no rung runs on this card: nothing to compare the baselines with
         rows += time_case(task, rungs, ladder.baselines, case, budget, limits, ladder=ladder.name)
         torch.cuda.empty_cache()  # the next size's buffer sets start from free memory
     return rows

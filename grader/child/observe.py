@@ -25,7 +25,7 @@ not checked, in the task's notes: it never passes silently.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -326,12 +326,23 @@ def read_facts(lib: Path) -> BuildFacts | None:
 
 
 def check(
-    task: CudaTask, job: ChildJob, facts: BuildFacts | None, eps: Mapping[str, EntryPoint], notes: list[str]
+    task: CudaTask,
+    job: ChildJob,
+    facts: BuildFacts | None,
+    eps: Mapping[str, EntryPoint],
+    notes: list[str],
+    skipped: Collection[str] = (),
 ) -> None:
     """Observes the entry points the task's run-time rules name and judges those rules (`facts`:
     the build's record, from read_facts); raises CheckFailure(rule violation) for the first one
-    broken. Notes what could not be checked."""
-    rules = observed_rules(task)
+    broken. Notes what could not be checked. The entry points in `skipped` (this card cannot run
+    them) are neither called nor judged, and a rule that names only such entries is not judged."""
+    every = [x.symbol for x in task.entries if x.symbol not in skipped]
+
+    def named(rule: CompiledRule) -> list[str]:
+        return [e for e in rule.entries if e not in skipped] if rule.entries else every
+
+    rules = [r for r in observed_rules(task) if named(r)]
     if not rules:
         return
     what = ", ".join(sorted({r.why.split(":")[0][:60] for r in rules}))
@@ -346,9 +357,7 @@ def check(
     def case_of(rule: CompiledRule) -> Case:
         return _case(task, rule.case) if rule.case else default
 
-    calls = list(
-        dict.fromkeys((e, case_of(r).label) for r in rules for e in (r.entries or [x.symbol for x in task.entries]))
-    )
+    calls = list(dict.fromkeys((e, case_of(r).label) for r in rules for e in named(r)))
     seen: dict[tuple[str, str], Observation] = {}
     for symbol, label in calls:
         try:
@@ -362,7 +371,7 @@ def check(
         notes.append(f"rules on the observed run not checked: the profiler recorded no CUDA activity here: {what}")
         return
     for rule in rules:
-        for symbol in rule.entries or [x.symbol for x in task.entries]:
+        for symbol in named(rule):
             o = seen[symbol, case_of(rule).label]
             if rule.kind in OBSERVED_SASS_RULES and any(
                 k.sass is None for n in o.kernels if (k := own_kernel(facts, n)) is not None

@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from grader import paths, toolchain
 from grader.records import TaskResult, TimingMode
-from grader.tasks import NotebookTask, PythonTask, Task, TorchExtensionTask, catalogue
+from grader.tasks import CudaTask, NotebookTask, PythonTask, Task, TorchExtensionTask, catalogue
 
 Edits = Sequence[tuple[str, str]]  # (text in the working file, what replaces it)
 
@@ -41,12 +41,27 @@ class Variant(NamedTuple):
     perf_points: float | None = None  # the performance points it must earn (a slow `pass`: 0); needs timing
     mistake: str = ""  # the class of mistake, a key of its task's `mistakes`
     gpu: bool = False  # caught only by the GPU checks of a task graded on the CPU: graded where there is a GPU
+    # the entry point it breaks, where that one runs on some cards only (Entry.min_cc, max_cc: lab 2's
+    # rung 4, sm_90 alone): on another card the grader skips that entry, so the variant is not graded there
+    entry: str = ""
 
 
 def needs_gpu(lab: str, name: str) -> bool:
     """Whether variant `name` can only be graded on a GPU: its task needs one, or only the task's
     GPU checks (which a machine without a GPU leaves out) catch it."""
     return task_of(lab, name).gpu or catalogue_of(lab).VARIANTS[name].gpu
+
+
+def unsupported_here(lab: str, name: str) -> str:
+    """Why variant `name` cannot be graded on this machine's GPU: the entry point it breaks is one
+    that this card skips (Entry.min_cc, max_cc), so nothing here could catch it; "" when it can be
+    (or there is no GPU: needs_gpu says the rest)."""
+    entry = catalogue_of(lab).VARIANTS[name].entry
+    found = toolchain.gpus()
+    task = task_of(lab, name) if entry and found else None
+    if not isinstance(task, CudaTask):
+        return ""
+    return task.entry(entry).unsupported(toolchain.compute_capability(found[0].compute_capability))
 
 
 def materialize(base: Path, edits: Edits, name: str, why: str) -> Path:
@@ -240,11 +255,12 @@ def grade_lab(
         cpu = [n for batch in broken.BATCHES for n in picked(batch) if not needs_gpu(lab, n) or n in chosen]
         untimed = [(lab, batch, False, False, off) for batch in one_per_task(cpu)]
     else:
-        # a task of more GPUs than this machine shows is skipped: its variants are not graded here
+        # a task of more GPUs than this machine shows is skipped, and so is an entry point this card
+        # cannot run (lab 2's rung 4 outside sm_90): their variants are not graded here
         seen = toolchain.visible_gpu_count()
 
         def fits(names: list[str]) -> list[str]:
-            return [n for n in picked(names) if task_of(lab, n).gpus <= seen]
+            return [n for n in picked(names) if task_of(lab, n).gpus <= seen and not unsupported_here(lab, n)]
 
         untimed = [(lab, fits(batch), False, False, off) for batch in broken.BATCHES if fits(batch)]
         # a grading run grades a task once: two races of one task (lab 2's task 15) take two runs
@@ -328,7 +344,7 @@ def check_lab(
     caught = sum(t.caught for t in counts.values())
     graded = sum(t.graded for t in counts.values())
     total = sum(t.total for t in counts.values())
-    more = "make grade or more GPUs than this machine shows"
+    more = "make grade, more GPUs than this machine shows, or another card"
     here = "" if graded == total else f" ({total - graded} need {'a GPU' if not gpu else more} to run)"
     say(f"{lab}: the grader catches {caught} of {graded} broken variants graded{here}")
     width = max(len(c) for c in counts) if counts else 0

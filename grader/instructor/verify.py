@@ -43,9 +43,10 @@ def needs_ladder(task: Task) -> bool:
 
 
 def gate_problems(task: Task, result: TaskResult) -> list[str]:
-    """One line per gated target of `task` that the timed reference solution did not hold."""
+    """One line per gated target of `task` that the timed reference solution did not hold (those of
+    an entry point this card cannot run are not held against it: `result.skipped`)."""
     problems = []
-    for target in (p for p in task.perf if p.gate):
+    for target in (p for p in scoring.targets(task, result) if p.gate):
         if result.verdict != Verdict.PASS:
             line = result.headline()
             problems.append(
@@ -86,7 +87,7 @@ def check_gates(tasks: list[Task], gpu: bool, say: Callable[[str], None]) -> lis
     for task in chosen:
         result = by_id[task.task_id]
         found = gate_problems(task, result)
-        for target in (p for p in task.perf if p.gate):
+        for target in (p for p in scoring.targets(task, result) if p.gate):
             value = scoring.metric(task, result, target)
             if value is not None and result.verdict == Verdict.PASS:
                 say(f"  {task.task_id}: {scoring.reached(target, value)} {'✓' if value >= target.target else '✗'}")

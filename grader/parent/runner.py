@@ -343,6 +343,7 @@ def _from_child(task: Task, src: Path, run: ChildRun, timeout: float) -> TaskRes
         tests=r.tests,
         notes=list(r.notes),
         build_seconds=r.build_seconds,
+        skipped=dict(r.skipped),
     )
 
 

@@ -28,13 +28,20 @@ def metric(task: Task, result: TaskResult, target: PerfTarget) -> float | None:
     raise ValueError(f"unknown metric {target.metric}")
 
 
+def targets(task: Task, result: TaskResult) -> list[PerfTarget]:
+    """The task's performance targets that this result can be held to: not those of an entry point
+    the card could not run (`result.skipped`: rung 4 of lab 2's tensor-core ladder outside sm_90)."""
+    return [p for p in task.perf if p.entry not in result.skipped]
+
+
 def score(task: Task, result: TaskResult) -> tuple[float, float]:
     """(points, max points). Correctness gates performance: a wrong fast kernel earns nothing.
 
     A task graded by pytest tests (Python modules, notebooks) earns its points in proportion to
     the `points` marks of the tests that passed, so one failing test does not cost the whole task.
+    The targets of an entry point the card could not run count neither way.
     """
-    max_points = task.points + sum(p.points for p in task.perf)
+    max_points = task.points + sum(p.points for p in targets(task, result))
     if result.tests and result.verdict in (Verdict.PASS, Verdict.WRONG):
         total = sum(t.points for t in result.tests)
         passed = sum(t.points for t in result.tests if t.outcome == "passed")
@@ -45,7 +52,7 @@ def score(task: Task, result: TaskResult) -> tuple[float, float]:
         return 0.0, max_points
     else:
         points = task.points
-    for target in task.perf:
+    for target in targets(task, result):
         value = metric(task, result, target)
         if value is not None and value >= target.target:
             points += target.points

@@ -5,12 +5,13 @@ inline PTX and SASS. The rules' run-time half is grader/child/observe.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader import paths
+from grader import paths, toolchain
 from grader.build import objects, packages
 from grader.build.nvcc import BuildFacts, BuildResult, KernelFacts
 from grader.records import Verdict
@@ -25,7 +26,7 @@ from grader.tasks.regions import (
     style_for,
 )
 from grader.tasks.rules import opcodes_matching, shown, symbol_matches
-from grader.tasks.spec import Rule, Task
+from grader.tasks.spec import CudaTask, Rule, Task
 
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _STRING = re.compile(r'"(?:\\.|[^"\\\n])*"')
@@ -113,7 +114,10 @@ def check_build(task: Task, build: BuildResult, sources: Mapping[str, Path]) -> 
     (make verify runs untouched skeletons): then, as before the build, no rule applies. A build
     that failed because an #include of a library found nothing is still the library rule's
     business: on a machine without cuBLAS, `#include <cublas_v2.h>` breaks that rule, not the
-    compiler."""
+    compiler. An entry point that the build's target cannot run (`Entry.min_cc`, `max_cc`: rung 4
+    of lab 2's tensor-core ladder anywhere but sm_90) is left out: no rule judges its code there, a
+    rule that names only such entry points is not judged, and where no entry point runs only the
+    library rules are."""
     rules = [r for r in task.rules if r.compiled]
     if any(_unstarted(p) for p in sources.values()):
         return StaticOutcome(None, "", [])
@@ -130,13 +134,34 @@ def check_build(task: Task, build: BuildResult, sources: Mapping[str, Path]) -> 
         message = lookups(build.facts)
         if message:
             return StaticOutcome(Verdict.RULE, message, [])
-    entries = tuple(e.symbol for e in getattr(task, "entries", ()))
+    every = tuple(e.symbol for e in getattr(task, "entries", ()))
+    skipped = skipped_by_build(task, build)
+    entries = tuple(e for e in every if e not in skipped)
+    if every and not entries:
+        rules = [r for r in rules if r.kind in ("no_libraries", "no_library")]
     for rule in rules:
+        named = tuple(getattr(rule, "entries", ()))
+        if named and skipped:
+            kept = tuple(e for e in named if e not in skipped)
+            if not kept:
+                continue
+            rule = dataclasses.replace(rule, entries=kept)  # type: ignore[call-arg]  # a CompiledRule
         judge = _JUDGES.get(rule.kind)
         message = judge(rule, build.facts, entries) if judge else None
         if message:
             return StaticOutcome(Verdict.RULE, message, [])
     return StaticOutcome(None, "", [])
+
+
+def skipped_by_build(task: Task, build: BuildResult) -> dict[str, str]:
+    """The task's entry points that the card the build targets cannot run, each with its reason
+    (CudaTask.skipped): the code compiled for them there is not theirs to be judged by."""
+    if not isinstance(task, CudaTask) or not build.arch:
+        return {}
+    try:
+        return task.skipped(toolchain.compute_capability(build.arch))
+    except (toolchain.ToolchainError, ValueError):
+        return {}
 
 
 def _unstarted(path: Path) -> bool:

@@ -49,6 +49,7 @@ def markdown(results: list[TaskResult], env: dict[str, Any]) -> str:
                 f"| {name} | {verdict} | {fmt_ms(t.median_ms) if t else ''} | {speed} | {share} | {flops_cell(t)} "
                 f"| {points} |"
             )
+        lines += [f"| ↳ (`{symbol}`) | skipped |  |  |  |  |  |" for symbol in r.skipped]  # this card cannot run it
     total = sum(r.points for r in results)
     lines += ["", f"**Total: {total:g} / {sum(r.max_points for r in results):g}**", ""]
     kernels = [(r, k) for r in results for k in r.kernels]

@@ -52,6 +52,8 @@ def table(results: list[TaskResult], with_details: bool = False) -> str:
             verdict = f"{MARK.get(r.verdict, '✗')} {r.verdict}" if k == 0 else ""
             points = f"{r.points:g}/{r.max_points:g}" if k == 0 and r.max_points else ""
             rows.append((name, verdict, *timing_cells(t), *([flops_cell(t)] if flops else []), points))
+        for symbol in r.skipped:  # an entry point this card cannot run (its reason is among the notes)
+            rows.append((f"  └ {symbol}", f"{MARK[Verdict.SKIPPED]} skipped", "", "", "", *([""] if flops else []), ""))
         if with_details and r.verdict not in (Verdict.PASS, Verdict.SKIPPED):
             under[len(rows) - 1] = [f"  │ {line}".rstrip() for line in details(r)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

@@ -22,7 +22,12 @@ Two places judge them:
 Every CUDA task also obeys one rule it does not state: no run-time symbol lookup (`dlopen`,
 `dlsym`, `cudaGetDriverEntryPoint`, `cuGetProcAddress` ...) in the student's objects, unless the
 task says `allows_symbol_lookup`: code found that way escapes every rule above (the cuBLAS that
-torch already loaded is one `dlsym` away).
+torch already loaded is one `dlsym` away). The course's own `course_tensor_map_2d`
+(grader/include/course_mma.h: the driver's cuTensorMapEncodeTiled, for TMA) is exempt.
+
+A rule that names entry points judges only those the build's target can run: an entry that runs
+on some cards only (`Entry.min_cc`, `max_cc`) is left out of every rule on a build for another
+card, and a rule that names only such entries is not judged there.
 
 Rule("forbid" | "require", regex, why) still judges the source text, before the build: keep it
 for what only the spelling shows (a C++ function the task's lesson replaces by inline PTX).

@@ -123,6 +123,14 @@ class Entry:
     # admit an error the size of an fp16 rounding of the answer, so `make verify`'s calibration does
     # not hold that fake against it (zeros and a pass-through must still fail)
     reduced_precision: bool = False
+    # The compute capabilities the entry runs on, (major, minor) at least and at most; None: no bound.
+    # Code built for an architecture-specific target (sm_90a's wgmma and TMA multicast) runs on its
+    # own capability alone: min_cc=(9, 0), max_cc=(9, 0). On another card the entry is skipped, and
+    # the reason (`unsupported`) names `needs`: none of its cases, timings, ladder rows or rules on
+    # its code are judged there, and its performance points are not counted (CudaTask.skipped).
+    min_cc: tuple[int, int] | None = None
+    max_cc: tuple[int, int] | None = None
+    needs: str = ""  # what the entry needs, for the reason: "Hopper: wgmma, TMA"
 
     def buffers(self, role: Role | None = None) -> list[Buffer]:
         return [a for a in self.args if isinstance(a, Buffer) and (role is None or a.role == role)]
@@ -130,6 +138,25 @@ class Entry:
     @property
     def host(self) -> bool:
         return any(b.host for b in self.buffers())
+
+    def unsupported(self, cc: tuple[int, int]) -> str:
+        """Why the entry cannot run on a card of compute capability `cc` (its major and minor);
+        "" when it can: "hgemm_4 needs an sm_90 card (Hopper: wgmma, TMA); this card is sm_89"."""
+        low, high = self.min_cc, self.max_cc
+        if (low is None or tuple(cc) >= tuple(low)) and (high is None or tuple(cc) <= tuple(high)):
+            return ""
+
+        def sm(c: tuple[int, int]) -> str:
+            return f"sm_{c[0]}{c[1]}"
+
+        if low is not None and high is not None:
+            card = f"an {sm(low)} card" if tuple(low) == tuple(high) else f"an {sm(low)} to {sm(high)} card"
+        elif low is not None:
+            card = f"an {sm(low)} or newer card"
+        else:
+            card = f"an {sm(high)} or older card"  # type: ignore[arg-type]  # one bound is set here
+        why = f" ({self.needs})" if self.needs else ""
+        return f"{self.symbol} needs {card}{why}; this card is {sm(cc)}"
 
 
 @dataclass(frozen=True)
@@ -283,8 +310,18 @@ class CudaTask(Task):
     # (lab 3's images/s against batch size); not checked for values beyond what the timing verifies
     sweep: Sequence[Case] = ()
     sweep_entries: Sequence[str] = ()  # the entries a sweep times; () means every entry with a baseline
+    # Build for the card's architecture-specific target (sm_90a on a 9.0 card, sm_100a on 10.0; the
+    # plain architecture before 9.0): wgmma, setmaxnreg and TMA multicast exist only there, and the
+    # library then runs on that compute capability alone. The entries that use them say so with
+    # min_cc and max_cc, and are skipped on other cards.
+    arch_specific: bool = False
 
     def __post_init__(self) -> None:
+        for e in self.entries:
+            if e.min_cc is not None and e.max_cc is not None and tuple(e.min_cc) > tuple(e.max_cc):
+                raise ValueError(
+                    f"CudaTask {self.lab}/{self.number}: {e.symbol}: min_cc {e.min_cc} is past max_cc {e.max_cc}"
+                )
         for problem in device_problems(self):
             raise ValueError(f"CudaTask {self.lab}/{self.number}: {problem}")
         labels = {c.label for c in self.cases}
@@ -312,6 +349,10 @@ class CudaTask(Task):
         if entry is not None and dtype in entry.tolerance:
             return entry.tolerance[dtype]
         return self.tolerance.get(dtype, DEFAULT_TOLERANCE[dtype])
+
+    def skipped(self, cc: tuple[int, int]) -> dict[str, str]:
+        """The entries that cannot run on a card of compute capability `cc`, each with its reason."""
+        return {e.symbol: why for e in self.entries if (why := e.unsupported(cc))}
 
     def entry(self, symbol: str) -> Entry:
         for e in self.entries:

@@ -880,6 +880,88 @@ VARIANTS: dict[str, Variant] = {
         " on 16x4096x16 and 32x1104x112, the small cases that refill stages",
         mistake="stage overwrite",
     ),
+    # Task 15, rung 4 (TMA, mbarriers, wgmma, clusters of 2; sm_90a). Each in a different BATCHES batch,
+    # none beside another variant of task 15; "expect_tx_own_copies_only" may hang until the grading
+    # run's timeout, so it has a batch of its own, the last. They break hgemm_4 (`entry`): on a card
+    # other than sm_90 the grader skips that entry point, and they are not graded there.
+    "15_tensor_core.full_barrier_other_parity": Variant(
+        "15_tensor_core.cu",
+        [
+            (
+                "mbar_wait(sm.full(s), (it / STAGES) & 1);",
+                "mbar_wait(sm.full(s), ((it / STAGES) & 1) ^ 1);  // as the producer's wait",
+            )
+        ],
+        {"wrong", "crash"},
+        "",
+        "rung 4's consumers wait for a stage's full barrier with the parity the producer uses for the empty one:"
+        " a fresh barrier passes a wait for parity 1 at once, and every later wait is one round early, so each"
+        " stage is multiplied before its copies have landed (stale or uninitialised shared memory; wrong from"
+        " 16x16x16 on). Nothing waits longer than the right kernel, so it does not hang; the last copies may"
+        " still land after the block has left (hence a crash is accepted too)",
+        mistake="barrier phase",
+        entry="hgemm_4",
+    ),
+    "15_tensor_core.b_read_k_major": Variant(
+        "15_tensor_core.cu",
+        [
+            (
+                "wgmma_m64n256k16<1>(acc, da, db, kt > 0 || ks > 0);  // B's tile is n-major: transposed",
+                "wgmma_m64n256k16<0>(acc, da, db, kt > 0 || ks > 0);  // B read K-major, as A is",
+            )
+        ],
+        {"wrong", "crash"},
+        "",
+        "rung 4 gives wgmma TRANS_B = 0: B's tile (rows of k with n contiguous, as B's rows are) is read as"
+        " K-major, each 8 x 8 core matrix transposed and the descriptor's offsets taken for the other dimension"
+        " (wrong from 16x16x16 on; the last stage's operand then reaches past the tiles, which may also fault)",
+        mistake="wgmma transpose",
+        entry="hgemm_4",
+    ),
+    "15_tensor_core.wgmma_store_unguarded": Variant(
+        "15_tensor_core.cu",
+        [
+            ("                if (c >= N) break;\n", ""),
+            ("if (r < M) *reinterpret_cast", "*reinterpret_cast"),
+            ("if (r + 8 < M)\n                    *reinterpret_cast", "*reinterpret_cast"),
+        ],
+        {"wrong"},
+        "out of bounds",
+        "rung 4's epilogue stores all of a consumer's 64 x 256 accumulators: in 16x16x16 both CTAs of the"
+        " cluster (the second's tile wholly below C) write rows 0 to 255 at 16 floats a row, up to index 4335"
+        " of a 256-element C (inside the grader's fence of 4096)",
+        mistake="tile overhang",
+        entry="hgemm_4",
+    ),
+    "15_tensor_core.k_steps_rounded_down": Variant(
+        "15_tensor_core.cu",
+        [("k_tiles((K + r4::BK - 1) / r4::BK)", "k_tiles(K / r4::BK)")],
+        {"wrong"},
+        "wrong",
+        "rung 4 counts the steps of K rounded down: the last part of a step (TMA would read zeros past K) is"
+        " never multiplied; 16x16x16, a quarter of a step, has no step at all and stores the zeroed"
+        " accumulators, 1040x1296x2112 loses its last 16 of k",
+        mistake="K tail",
+        entry="hgemm_4",
+    ),
+    "15_tensor_core.expect_tx_own_copies_only": Variant(
+        "15_tensor_core.cu",
+        [
+            (
+                "mbar_arrive_expect_tx(sm.full(s), STAGE_BYTES);",
+                "mbar_arrive_expect_tx(sm.full(s), A_BYTES + B_BYTES / CLUSTER);  // this CTA's copies",
+            )
+        ],
+        {"wrong", "timeout"},
+        "",
+        "rung 4's producer announces only the bytes of its own copies (A's tile and its half of B) on the full"
+        " barrier, not the half of B its partner multicasts into this CTA: a phase completes 16 KiB early, so a"
+        " stage can be read before all of it has landed (wrong), and the bytes that land after the completion"
+        " count against the next phase, whose count then passes below zero and never returns to it (a hang:"
+        " the grader's timeout; 16x4096x16 wraps each stage 16 times)",
+        mistake="expect_tx",
+        entry="hgemm_4",
+    ),
     # --- task 16 (attention ladder). Batches: "16_attention.no_rescale", "16_attention.causal_sees_next"
     # and "16_attention.drops_last_tile" each in a different BATCHES batch (one variant of a task per
     # grading run); "16_attention.no_barrier_before_next_tile" in SANITIZED.
@@ -1567,10 +1649,12 @@ BATCHES = [
         "03_waves.reserved_kilobyte_left_out",
         "12_scan.look_back_adds_past_the_prefix",
         "16_attention.tail_tile_left_unmasked",
+        "15_tensor_core.full_barrier_other_parity",
     ],
-    ["16_attention.kv_wait_count_off_by_one"],
-    ["16_attention.scale_one_over_d"],
-    ["16_attention.bf16_rounded_as_half"],
+    ["16_attention.kv_wait_count_off_by_one", "15_tensor_core.b_read_k_major"],
+    ["16_attention.scale_one_over_d", "15_tensor_core.wgmma_store_unguarded"],
+    ["16_attention.bf16_rounded_as_half", "15_tensor_core.k_steps_rounded_down"],
+    ["15_tensor_core.expect_tx_own_copies_only"],  # may hang until the run's timeout: alone, last
 ]
 # graded with compute-sanitizer as well (one run per variant of a task: task 15 has two races)
 SANITIZED = [

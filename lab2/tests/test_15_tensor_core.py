@@ -2,7 +2,10 @@
 and C in float32 (FP32 accumulation). Through the WMMA API: one warp per 16 x 16 tile of C with its
 fragments loaded from global memory, then 128 x 128 block tiles staged in shared memory; then
 through PTX (sm_80 and later): mma.sync m16n8k16 on ldmatrix fragments from XOR-swizzled shared
-memory, filled by a 4-stage cp.async pipeline. Timed against cuBLAS's half GEMM (through torch).
+memory, filled by a 4-stage cp.async pipeline; then Hopper's (sm_90a): TMA copies into a 4-stage
+pipeline handed over through mbarriers, wgmma.mma_async from shared memory in two consumer
+warpgroups, clusters of 2 CTAs that share B's tile by multicast, a persistent grid. Timed against
+cuBLAS's half GEMM (through torch).
 
 The inputs. A (M, K) and B (K, N) are standard normal divided by 4, rounded to float16: |a| < 2 in
 practice, far from float16's overflow (65504), and the rounding happens before anything is
@@ -19,6 +22,18 @@ with the prologue, the steady state and the empty commit groups at the end all e
 (48 of 128 rows: one warp's 64 rows only three of its four m16 tiles, the other warp row none;
 80 of 128 columns: one warp's 32 columns half inside), on a grid of 3 x 4 blocks.
 
+Rung 4 (128 x 256 tiles, steps of BK = 64, 4 stages, pairs of tile rows per cluster). Every case
+with M up to 128 has a second tile of its pair wholly below C (it copies and multiplies, and must
+store nothing), and every K that is not a multiple of 64 ends in a part of a step that TMA fills
+with zeros (16x16x16 is a quarter of one step). 1040x1296x2112 has partial tiles on all sides: 16
+of 128 rows in the last tile row, 64 of 256 columns in the last tile column (whose other three
+64-column boxes of B lie wholly right of C), an odd number of tile rows (9: the last pair's second
+tile below C) and 20 steps and a quarter of K. 16x4096x16 takes 64 steps through the 4 stages, a
+stage refilled 16 times; 384x6160x768 takes 97 per tile, on 6 pairs with their last tile rows
+below C. 2320x336x4112 has 170 pairs of tiles, more than an H100 runs clusters at once (one CTA
+per SM, at most 66 clusters), so a cluster walks several, and its 6 steps per tile carry the stage
+count across tiles in the middle of a round (as 4096x4096x4096 does, with 64 steps).
+
 The tolerance. The reference is the float64 product of the float16 values: every product of two
 halves is exact in float64 (22 significant bits) and so is, to 1e-16, their sum, so what is left
 is the error of the kernel's own additions. A tensor core multiplies halves exactly, but it does
@@ -33,7 +48,8 @@ The errors are far smaller in practice: a float64 emulation of such an accumulat
 truncate with 0 or 3 extra bits, in blocks of 8 or 16 products, normalise toward zero) over 65536
 dot products of K = 4096 gave a median error of 4e-6 to 1.5e-5 and a maximum of 7.5e-5 to 9.7e-5
 (2e-5 at K = 1024); exact blocks rounded to nearest give at most 1e-5. atol = 1e-3 leaves a factor
-of 10 over those for the 2^24 outputs of each timed 4096^3 call, and no rtol is needed (the
+of 10 over those for the 2^24 outputs of each timed 4096^3 call (the maximum grows about as K does:
+some 1.5e-4 for rung 4's case of K = 6160, on 3e5 outputs), and no rtol is needed (the
 reference rounded to float32 is within 2^-24 |C| of the float64 product, under 1e-6).
 
 What it rejects: a lost step of K drops 16 products of standard deviation 1/16 each, an error of
@@ -66,9 +82,27 @@ cycles after they are issued, mostly after the slow warp's last read: only racec
 on the build whose cp_async_16 copies at once (COURSE_SYNC_COPIES: racecheck counts an
 asynchronous write at its wait; 16x4096x16 and 32x1104x112 are small cases that refill stages). Below compute
 capability 8.0 the build of rung 3 is an empty kernel (and hgemm_3 returns cudaErrorNotSupported):
-the rules find no HMMA and no mma.sync in it, and their message says that rung 3 needs sm_80. The
-grader has no way to leave one entry of a task out by compute capability, so there the whole task
-is a rule violation.
+the rules find no HMMA and no mma.sync in it, and their message says that rung 3 needs sm_80. Rung 3
+does not say so in its Entry, so there the whole task is a rule violation.
+
+Rung 4 runs on compute capability 9.0 alone: the task is built for the architecture-specific target
+sm_90a (arch_specific; sm_90a's PTX and SASS run on no other card), and hgemm_4's Entry says
+min_cc = max_cc = (9, 0). On any other card the grader skips it, with the reason, leaving rungs 1 to
+3 to be graded: none of its cases, timings or ladder rows, no rule on its code (on a build for
+another target its kernel is empty) and no performance points. Its mistakes, each with a broken
+variant: a consumer that waits for the other parity of a full barrier reads every stage before its
+copies land (a fresh barrier passes a wait for parity 1 at once), wrong from 16x16x16 on; a wgmma
+told that B's tile is K-major (TRANS_B 0) reads each 8 x 8 core matrix of it transposed, wrong from
+16x16x16 on; an epilogue that stores all of its 64 x 256 accumulators writes rows below C into the
+grader's fence from 16x16x16 on; k_tiles = K / BK forgets the last part of a step, and 16x16x16
+then has none at all; a full barrier told only of the bytes of this CTA's own copies (A's tile and
+its half of B) completes before the partner's half of B has landed, so a stage is read early (wrong)
+or, once the bytes that land after its completion have pushed a later phase's count below zero, a
+phase never completes and the kernel hangs (the grader's timeout). Waiting for the previous step's
+wgmmas (wgmma_wait<1>) before releasing its stage matters as much, but a stage released early is
+refilled hundreds of cycles later, after the wgmmas have read it: the values almost never show that
+race, no check here is designed to find it (racecheck's view of wgmma's and TMA's asynchronous
+accesses is untested here), and it has no variant.
 """
 
 from grader.tasks import (
@@ -131,19 +165,23 @@ def flops(v):
     return 2.0 * v["M"] * v["N"] * v["K"]  # one multiply and one add per term of every dot product
 
 
-def entry(symbol):
-    return Entry(symbol, ARGS, reference=reference, baseline=cublas, flops=flops, flop_peak="tensor")
+def entry(symbol, **only):
+    return Entry(symbol, ARGS, reference=reference, baseline=cublas, flops=flops, flop_peak="tensor", **only)
 
 
-RUNGS = ["hgemm_1", "hgemm_2", "hgemm_3"]
+RUNGS = ["hgemm_1", "hgemm_2", "hgemm_3", "hgemm_4"]
+# rung 4 is built for sm_90a (the task's arch_specific), whose code runs on compute capability 9.0 alone
+HOPPER = {"min_cc": (9, 0), "max_cc": (9, 0), "needs": "Hopper: wgmma, TMA; built for sm_90a"}
 
 # The mistakes these checks are designed to catch, each with the input or check that exposes it
 # (lab2/solutions/broken.py has a variant of each).
 MISTAKES = {
-    "K tail": "16x16x16 (one step) and 16x4096x16",
+    "K tail": "16x16x16 (one step; a quarter of one of rung 4's steps of 64), 16x4096x16 and 1040x1296x2112 (rung 4: "
+    "20 steps and a quarter)",
     "missing barrier": "the sanitizer (racecheck) on 144x80x208, three steps of K",
     "layout": "16x16x16: a fragment declared col_major reads its block transposed",
-    "tile overhang": "16x16x16 and 48x48x80: fragments outside C, behind the grader's fence",
+    "tile overhang": "16x16x16 and 48x48x80: fragments outside C, behind the grader's fence (rung 4: the rows of its "
+    "128 x 256 tile and of its pair's second tile, wholly below C)",
     "leading dimension": "16x16x16 and every case of rung 2: fragments loaded with the unpadded row length",
     "pipeline wait count": "every case from 16x16x16 on: cp_async_wait<STAGES - 1> returns with tile 0's copies "
     "still in flight, and its fragments are loaded from stale shared memory",
@@ -152,15 +190,23 @@ MISTAKES = {
     "trans": "16x16x16: B's fragments loaded without ldmatrix's .trans use each 8 x 8 block of B transposed",
     "stage overwrite": "the sanitizer (racecheck) on 16x4096x16 and 32x1104x112: a stage refilled before the barrier "
     "that ends every warp's reads of its previous tile",
+    "barrier phase": "16x16x16 (rung 4): a consumer that waits for the other parity of a stage's full barrier passes "
+    "a fresh barrier at once and reads the stage before its copies land",
+    "wgmma transpose": "16x16x16 (rung 4): B's tile is n-major; a wgmma told it is K-major (TRANS_B 0) reads it "
+    "transposed",
+    "expect_tx": "16x4096x16 and the larger cases (rung 4): a full barrier told of this CTA's own copies only, not "
+    "the half of B its partner multicasts, completes early (wrong values) or, its count pushed below zero, never "
+    "(a hang, the grader's timeout)",
 }
 
 TASK = CudaTask(
     lab="lab2",
     number="15",
-    title="tensor-core GEMM (WMMA, mma.sync)",
+    title="tensor-core GEMM (WMMA, mma.sync, wgmma)",
     mistakes=MISTAKES,
     sources=["15_tensor_core.cu"],
-    entries=[entry(s) for s in RUNGS],
+    entries=[entry("hgemm_1"), entry("hgemm_2"), entry("hgemm_3"), entry("hgemm_4", **HOPPER)],
+    arch_specific=True,  # sm_90a on a 9.0 card (rung 4's wgmma, setmaxnreg, multicast); the plain target elsewhere
     cases=[
         shape(16, 16, 16),
         shape(16, 4096, 16),
@@ -171,6 +217,9 @@ TASK = CudaTask(
         shape(1008, 1024, 992),
         shape(32, 1104, 112),
         shape(304, 48, 464),
+        shape(1040, 1296, 2112),
+        shape(384, 6160, 768),
+        shape(2320, 336, 4112),
         shape(4096, 4096, 4096),
     ],
     make_inputs=make_inputs,
@@ -196,9 +245,17 @@ TASK = CudaTask(
         ),
         uses_inline_ptx(r"ldmatrix\.sync\.aligned", "rung 3 loads its fragments with ldmatrix", "hgemm_3"),
         uses_inline_ptx(r"cp\.async\.c[ag]\.shared\.global", "rung 3 fills its stages with cp.async", "hgemm_3"),
+        # rung 4's: judged only where it runs (a 9.0 card, the sm_90a build); elsewhere its kernel is empty
+        uses_inline_ptx(r"wgmma\.mma_async", "rung 4 multiplies with wgmma.mma_async (sm_90a)", "hgemm_4"),
+        uses_inline_ptx(r"cp\.async\.bulk\.tensor", "rung 4 copies its tiles with TMA", "hgemm_4"),
+        uses_inline_ptx(r"mbarrier\.try_wait", "rung 4 hands its stages over through mbarriers", "hgemm_4"),
     ],
     # Not gates: no reference timing yet (see the chapter); the lead sets them from an H100 run.
-    perf=[PerfTarget("hgemm_2", "speedup", 0.25, 2, gate=False), PerfTarget("hgemm_3", "speedup", 0.45, 2, gate=False)],
+    perf=[
+        PerfTarget("hgemm_2", "speedup", 0.25, 2, gate=False),
+        PerfTarget("hgemm_3", "speedup", 0.45, 2, gate=False),
+        PerfTarget("hgemm_4", "speedup", 0.9, 2, gate=True),
+    ],
     ladder=Ladder(
         name="hgemm",
         rungs=RUNGS,
@@ -209,6 +266,7 @@ TASK = CudaTask(
             "hgemm_1": "1 WMMA, fragments from global memory",
             "hgemm_2": "2 WMMA, 128 × 128 tiles in padded shared memory",
             "hgemm_3": "3 mma.sync + ldmatrix, swizzled shared memory, 4-stage cp.async",
+            "hgemm_4": "4 TMA + wgmma, warp-specialised, clusters of 2 (sm_90a)",
         },
     ),
 )
