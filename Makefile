@@ -17,6 +17,7 @@ TEMPERATURE ?= 0
 TOP_P       ?= 1
 SEED        ?= 0
 STEPS       ?= 128
+GPUS        ?=
 
 # third-party pytest plugins a shared Python may carry cost startup time and add nothing here
 export PYTEST_DISABLE_PLUGIN_AUTOLOAD := 1
@@ -25,7 +26,7 @@ export PYTEST_DISABLE_PLUGIN_AUTOLOAD := 1
 GRADE_OPTS := -q --no-header -p no:cacheprovider -rfEs $(if $(TASK),--task=$(TASK)) $(if $(SOLUTIONS),--solutions) $(ARGS)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup doctor train-lab3 generate bench-lab4 bench-lab5 check verify grade grade-submission gradebook grade-class bench-grader skeletons release lint clean
+.PHONY: help setup doctor train-lab3 generate bench-lab4 bench-lab5 bench-lab6 check verify grade grade-submission gradebook grade-class bench-grader skeletons release lint clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_%-]+:.*## / {name = $$1; sub(/%/, "N", name); printf "  %-16s %s\n", name, $$2}' $(MAKEFILE_LIST)
@@ -62,6 +63,11 @@ bench-lab5: $(STAMP) ## lab 5 (GPU): the kernels' timings, then decode against t
 	$(PY) -m grader bench lab5 $(if $(TASK),--task $(TASK)) $(if $(SOLUTIONS),--solutions)
 	$(PY) lab5/bench_llama.py $(if $(SOLUTIONS),--solutions --write-readme) $(ARGS)
 
+# lab 6: task 01's timings, then decode of the 7B shape on 1, 2 and 4 GPUs (those this machine shows)
+bench-lab6: $(STAMP) ## lab 6 (GPUs): task 01's timings, then 7B decode on 1, 2 and 4 GPUs, compute and communication apart
+	$(PY) -m grader bench lab6 $(if $(TASK),--task $(TASK)) $(if $(SOLUTIONS),--solutions)
+	$(PY) lab6/bench_tp.py $(if $(SOLUTIONS),--solutions --write-readme) $(ARGS)
+
 bench-lab%: $(STAMP) ## time a lab carefully; write its ladder tables and plots into its chapter (labN/*.md)
 	$(PY) -m grader bench lab$* $(if $(TASK),--task $(TASK)) $(if $(SOLUTIONS),--solutions)
 
@@ -69,8 +75,14 @@ profile-lab%: $(STAMP) ## Nsight Compute summary of one task: make profile-lab1 
 	@test -n "$(TASK)" || { echo "usage: make profile-lab$* TASK=NN"; exit 2; }
 	$(PY) -m grader profile lab$*/$(TASK) $(if $(SOLUTIONS),--solutions)
 
-generate: $(STAMP) ## lab 5: continue PROMPT with kiln's LLaMA (MODEL=dir or .bin, else the tiny model; TEMPERATURE, TOP_P, SEED, STEPS)
+# GPUS=N: lab 6's tensor-parallel model over N GPUs (kiln_tp.generate), the same options otherwise
+ifeq ($(strip $(GPUS)),)
+generate: $(STAMP) ## lab 5: continue PROMPT with kiln's LLaMA (MODEL=dir or .bin, else the tiny model; TEMPERATURE, TOP_P, SEED, STEPS; GPUS=N: lab 6, over N GPUs)
 	PYTHONPATH=lab5 $(PY) -m llama.generate --prompt "$(PROMPT)" $(if $(MODEL),--model "$(MODEL)") --temperature $(TEMPERATURE) --top-p $(TOP_P) --seed $(SEED) --max-new-tokens $(STEPS) $(if $(SOLUTIONS),--solutions) $(ARGS)
+else
+generate: $(STAMP)
+	PYTHONPATH=lab6 $(PY) -m kiln_tp.generate --world $(GPUS) --prompt "$(PROMPT)" $(if $(MODEL),--model "$(MODEL)") --temperature $(TEMPERATURE) --top-p $(TOP_P) --seed $(SEED) --max-new-tokens $(STEPS) $(if $(SOLUTIONS),--solutions) $(ARGS)
+endif
 
 doctor: $(STAMP) ## what this machine has for the course: toolkit, GPU, packages, profilers, models
 	$(PY) -m grader doctor

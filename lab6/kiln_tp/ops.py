@@ -11,8 +11,8 @@ it prints, parses and validates like lab 4's operators:
 The CPU kernel calls torch.distributed.all_reduce on the default process group (gloo on the CPU,
 started by kiln_tp.launch). A run is collective: every rank must run the same graph, so that its
 all-reduces meet the other ranks' in the same order; a rank that stops leaves the others waiting
-until the process group's timeout (launch ends them sooner). The GPU lowering (NCCL or the
-hand-written all-reduces of tasks 2 and 3, captured in the step's CUDA graph) is task 4's, later.
+until the process group's timeout (launch ends them sooner). The CUDA lowering is task 04's
+(kiln_tp/cuda.py): NCCL, on the executor's stream, captured in the step's CUDA graph.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 tests/test_broken_variants.py applies each edit, grades the result and expects the verdict given
 here, as for the other labs. Task 05 (tensor-parallel LLaMA, its sharding and its graph) is graded
 on the CPU with gloo, so its variants are graded on every machine, CI included. Task 01 (peer
-memory) needs 2 GPUs: its variants are graded on a machine that shows 2 or more, except the one
-the build's rule catches (AT_BUILD), graded anywhere nvcc runs. Each variant names its class of
-mistake, one of those the task's spec lists in `mistakes`.
+memory) and task 04 (the all_reduce lowered to NCCL) need 2 GPUs: their variants are graded on a
+machine that shows 2 or more, except the one the build's rule catches (AT_BUILD), graded anywhere
+nvcc runs. Each variant names its class of mistake, one of those the task's spec lists in `mistakes`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,15 @@ from grader.instructor.broken import Variant
 
 SHARD = "kiln_tp/shard.py"
 PEER = "01_peer.cu"
+NCCL = "kiln_tp/cuda.py"
+# the solution's launch body, which most of task 04's variants rewrite
+COPY = "            out.copy_(x)  # a cudaMemcpyAsync into the planned slot; x keeps its value\n"
+COPY_THEN_REDUCE = (
+    COPY + "            if world > 1:\n"
+    "                # NCCL, in place on out; async_op=False: ex.stream waits for the reduction (the host does\n"
+    "                # not), so the next launch on ex.stream reads the sum\n"
+    "                dist.all_reduce(out, op=op)\n"
+)
 
 VARIANTS: dict[str, Variant] = {
     "01_peer.never_enabled": Variant(
@@ -209,12 +218,90 @@ VARIANTS: dict[str, Variant] = {
         "hidden_dim not checked: 90 over 4 ranks gives each 22 columns, and 2 of the MLP's columns are dropped",
         mistake="indivisible accepted",
     ),
+    "04_nccl.sum_in_a_new_tensor": Variant(
+        NCCL,
+        [
+            (
+                COPY_THEN_REDUCE,
+                "            total = x.clone()  # as the CPU kernel does: a tensor of its own for the sum\n"
+                "            if world > 1:\n"
+                "                dist.all_reduce(total, op=op)\n",
+            )
+        ],
+        {"wrong"},
+        "test_all_reduce_graph",
+        "the sum made in a tensor the launch allocates (the CPU kernel's way): the node's slot of the arena, "
+        "which the next launch reads, is never written, and inside a capture the tensor is the graph's",
+        mistake="output slot",
+    ),
+    "04_nccl.input_not_copied": Variant(
+        NCCL,
+        [(COPY, "")],
+        {"wrong"},
+        "test_all_reduce_graph",
+        "out reduced in place without x copied into it: the ranks add whatever an earlier node or run left in the slot",
+        mistake="input not copied",
+    ),
+    "04_nccl.input_reduced_in_place": Variant(
+        NCCL,
+        [
+            (
+                COPY_THEN_REDUCE,
+                "            if world > 1:\n"
+                "                dist.all_reduce(x, op=op)  # the partial sum reduced where it lies\n"
+                "            out.copy_(x)\n",
+            )
+        ],
+        {"wrong"},
+        "test_all_reduce_graph",
+        "x all-reduced in place, then copied: right where nothing else reads x (the model's all-reduces), wrong for "
+        "the z = y + x that reads it after",
+        mistake="input reduced in place",
+    ),
+    "04_nccl.reduced_when_lowered": Variant(
+        NCCL,
+        [
+            (
+                "    def launch() -> int:\n"
+                "        with torch.cuda.stream(stream):  # current in a capture; not in the capture's warm-up\n"
+                + COPY_THEN_REDUCE
+                + "        return 0\n\n    return launch\n",
+                "    with torch.cuda.stream(stream):  # the work done once, here, when the executor is built\n"
+                + "\n".join(line[4:] for line in COPY_THEN_REDUCE.splitlines())
+                + "\n    return lambda: 0\n",
+            )
+        ],
+        {"wrong"},
+        "test_all_reduce_graph",
+        "the copy and the reduction made by the lowering, once, when the executor is built (on an arena of zeros): "
+        "the launch every run repeats does nothing",
+        mistake="reduced when lowered",
+    ),
+    "04_nccl.synchronizes": Variant(
+        NCCL,
+        [
+            (
+                "                dist.all_reduce(out, op=op)\n",
+                "                dist.all_reduce(out, op=op)\n"
+                "            torch.cuda.synchronize()  # make sure the sum has landed before the next launch\n",
+            )
+        ],
+        {"wrong", "timeout"},
+        "test_all_reduce_graph",
+        "a launch that waits for the device on the host: right when launched one by one, but a CUDA graph "
+        "cannot capture it, and the executor's capture fails",
+        mistake="waits on the host",
+    ),
 }
 
 PEER_VARIANTS = [name for name in VARIANTS if name.startswith("01_")]
 TP_VARIANTS = [name for name in VARIANTS if name.startswith("05_")]
-# one variant of each task per grading run: task 01's beside task 05's while both last
-BATCHES = [PEER_VARIANTS[i : i + 1] + TP_VARIANTS[i : i + 1] for i in range(max(len(PEER_VARIANTS), len(TP_VARIANTS)))]
+NCCL_VARIANTS = [name for name in VARIANTS if name.startswith("04_")]
+# one variant of each task per grading run: task 01's beside task 04's and task 05's while they last
+BATCHES = [
+    PEER_VARIANTS[i : i + 1] + NCCL_VARIANTS[i : i + 1] + TP_VARIANTS[i : i + 1]
+    for i in range(max(len(PEER_VARIANTS), len(NCCL_VARIANTS), len(TP_VARIANTS)))
+]
 SANITIZED: list[str] = []
 AT_BUILD: list[str] = ["01_peer.copy_engine"]
 HUGE: list[str] = []
