@@ -444,7 +444,7 @@ def table(results: dict[str, Any], figure: str | None = None) -> str:
     if checked:
         said = ", ".join(f"{w} GPUs {e:.1e}" for w, e in checked)
         lines += ["", f"Logits against one GPU's (relative L2, the prompt's last position and the first step): {said}."]
-    lines += ["", "Goals (issue 26, not a gate):", ""]
+    lines += ["", "Goals (the course's, not gates):", ""]
     lines += [
         f"- {goal}: {value}" + (f", {_verdict(met)}" if met is not None else "") for goal, value, met in goals(results)
     ]
