@@ -79,9 +79,9 @@ def _by_task() -> list[pytest.ParameterSet]:
     return [pytest.param(lab, stem, id=f"{lab}/{stem}") for _, lab, stem in found]
 
 
-# Whether a variant compiles, not how fast it runs: host and device code unoptimized and no ptxas
-# (PTX only) make the build a few times faster (grading a variant on the GPU builds it with the
-# task's own flags, to SASS). nvcc's last -O wins: this -O0 comes after the grader's -O3.
+# Whether a variant compiles, not how fast it runs: the front end alone (BuildUnit.check_only: no host
+# code generated, no ptxas, no link) with the device code unoptimized (grading a variant on the GPU
+# builds it with the task's own flags, to SASS). nvcc's last -O wins: this -O0 comes after the grader's -O3.
 COMPILE_ONLY = ("-O0", "-Xcicc", "-O0")
 
 
@@ -101,7 +101,7 @@ def test_every_variant_applies_and_compiles(lab: str, stem: str) -> None:
             continue
         if isinstance(task, CudaTask):  # built as its task builds it: flags, libraries, header wheels
             unit = BuildUnit.for_task(task, files, "variant")
-            units.append(dataclasses.replace(unit, flags=(*unit.flags, *COMPILE_ONLY), facts=False, ptx_only=True))
+            units.append(dataclasses.replace(unit, flags=(*unit.flags, *COMPILE_ONLY), facts=False, check_only=True))
     results = build.build_all(units)  # notebooks and torch extensions are built by their own kinds
     # a library or header wheel this machine lacks (cuBLAS, the cuDNN frontend) is reported, as
     # tests/test_compile_all.py reports it: the GPU machine builds those variants when it grades them

@@ -79,9 +79,12 @@ class BuildUnit:
     # read (seconds a build: the course's check that every variant compiles builds 170 of them)
     facts: bool = True
     sass: bool = True  # the kernels' SASS too (cuobjdump, seconds): only rules on instructions read it
-    # True: PTX only, ptxas never runs (a third of the time for a check that the code compiles, as the
-    # course's check of every broken variant asks; the library cannot run on a card until JIT-compiled)
-    ptx_only: bool = False
+    # True: whether the code compiles, and nothing is built: each .cu through nvcc's front end to PTX
+    # alone (`--ptx`: the front end parses and type-checks the host code too, templates instantiated,
+    # but cudafe++, the host compile, ptxas and the link never run), each .cpp through the host
+    # compiler's syntax check. A third of a build's time or less: the course's check that every broken
+    # variant compiles makes 170 of them. The product is a stamp (`.ok`), not a library.
+    check_only: bool = False
     # True: built for the architecture-specific target of the card's (sm_90a for sm_90), whose code
     # runs on that compute capability alone (CudaTask.arch_specific)
     arch_specific: bool = False
@@ -278,7 +281,7 @@ class _Plan:
 
     @property
     def lib(self) -> Path:
-        return self.base.with_name(self.base.name + ".so")
+        return self.base.with_name(self.base.name + (".ok" if self.unit.check_only else ".so"))
 
     @property
     def record(self) -> Path:
@@ -366,7 +369,7 @@ def _plan(unit: BuildUnit, arch: str, identity: str, nvcc: Path) -> _Plan:
     compile_extra += unit.flags
     link_extra = [*unit.flags, *link_extra]
 
-    material.append(["facts", unit.facts, unit.sass, unit.ptx_only])
+    material.append(["facts", unit.facts, unit.sass, unit.check_only])
     h = hashlib.sha256(json.dumps(material).encode())
     for src in unit.sources:
         h.update(_keyed_path(src).encode() + b"\0")
@@ -493,11 +496,26 @@ def build_all(
 
 def _compile_command(plan: _Plan, i: int, src: Path, nvcc: Path) -> list[str]:
     work = plan.work
+    if plan.unit.check_only:
+        # nvcc --ptx leaves nothing for a .cpp (no device code), so a .cpp gets the syntax check
+        mode = ["--ptx", "-o", str(work / f"{i}.ptx")] if src.suffix == ".cu" else ["-c", "-Xcompiler", "-fsyntax-only"]
+        return [
+            str(nvcc),
+            *FLAGS,
+            *toolchain.gencode_flags(plan.arch, sass=False),
+            f"-I{paths.INCLUDE}",
+            *plan.compile_extra,
+            "-MD",
+            "-MF",
+            str(work / f"{i}.d"),
+            *mode,
+            os.path.abspath(src),
+        ]
     return [
         str(nvcc),
         *FLAGS,
         *objects.SECTION_FLAGS,  # one section per function: its relocations say what it calls
-        *toolchain.gencode_flags(plan.arch, sass=not plan.unit.ptx_only),
+        *toolchain.gencode_flags(plan.arch),
         f"-I{paths.INCLUDE}",
         *plan.compile_extra,
         # the headers this compile read, for the cache and the library rule; the PTX and the
@@ -520,7 +538,7 @@ def _link_command(plan: _Plan, objects: list[Path], nvcc: Path) -> list[str]:
         str(nvcc),
         *FLAGS,
         *LINK_FLAGS,
-        *toolchain.gencode_flags(plan.arch, sass=not plan.unit.ptx_only),
+        *toolchain.gencode_flags(plan.arch),
         *[str(o) for o in objects],
         "-o",
         str(plan.work / "lib.so"),
@@ -549,10 +567,16 @@ def _run_builds(plans: list[_Plan], jobs: int | None, nvcc: Path, confine: Confi
         objects = []
         for i, src in _compiled(plan):
             obj = plan.work / f"{i}.o"
-            steps.append(([obj], [src], step(_compile_command(plan, i, src, nvcc), plan.work / f"{i}.log")))
+            command = step(_compile_command(plan, i, src, nvcc), plan.work / f"{i}.log")
+            if plan.unit.check_only:  # the stamp says the check passed: --ptx and -fsyntax-only leave no .o
+                command += f" && touch {shlex.quote(str(obj))}"
+            steps.append(([obj], [src], command))
             objects.append(obj)
-        link = step(_link_command(plan, objects, nvcc), plan.work / "link.log")
-        steps.append(([plan.work / "lib.so"], objects, link))
+        if plan.unit.check_only:
+            steps.append(([plan.work / "lib.so"], objects, f"touch {shlex.quote(str(plan.work / 'lib.so'))}"))
+        else:
+            link = step(_link_command(plan, objects, nvcc), plan.work / "link.log")
+            steps.append(([plan.work / "lib.so"], objects, link))
     ninja = _ninja()
     if ninja is None or len(steps) <= 2:
         for _outputs, inputs, cmd in steps:  # in order: a unit's objects come before its link
@@ -685,7 +709,7 @@ def _record(plan: _Plan, tk: Toolkit, log: str) -> dict:
                     )
                 )
             )
-    needed, symbols = _dynamic(work / "lib.so")
+    needed, symbols = ([], []) if plan.unit.check_only else _dynamic(work / "lib.so")
     own = [(paths.rel(src), work / f"{i}.o") for i, src in _compiled(plan)]
     found = objects.object_facts(own, {k["mangled"] for k in kernels}) if plan.unit.facts else None
     return {

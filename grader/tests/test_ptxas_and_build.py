@@ -157,6 +157,37 @@ def test_a_unit_of_several_files_links_into_one_library(tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(not _have_nvcc(), reason="nvcc not installed: install the CUDA toolkit to compile kernels")
+@pytest.mark.parametrize(
+    ("where", "mistake"),
+    [
+        ("a.cu", "__global__ void fill(float* x, float v) { x[threadIdx.x] = w; }"),  # device code
+        ("a.cu", "void launch_fill(float* x, float v) { fill<<<1, 32>>>(x, v, 3); }"),  # host code of a .cu
+        ("a.cu", "template <class T> T twice(T v) { return v.size(); }\nint use() { return twice(2); }"),  # an instance
+        ("b.cpp", "int broken() { return undeclared; }"),  # a .cpp
+    ],
+)
+def test_a_check_only_build_catches_errors_in_host_and_device_code(tmp_path, monkeypatch, where, mistake):
+    """BuildUnit.check_only (the course's check that each broken variant compiles) runs nvcc's front
+    end alone: it must still refuse what a full build refuses, in host code as in device code."""
+    monkeypatch.setattr(paths, "BUILD", tmp_path / "build")
+    kernel, host = tmp_path / "a.cu", tmp_path / "b.cpp"
+    good = {
+        "a.cu": '#include "course.h"\n__global__ void fill(float* x, float v) { x[threadIdx.x] = v; }\n'
+        "void launch_fill(float* x, float v) { fill<<<1, 32>>>(x, v); }\n",
+        "b.cpp": '#include "course.h"\nvoid launch_fill(float* x, float v);\n'
+        "COURSE_API cudaError_t run(float* x) { launch_fill(x, 1.f); return cudaGetLastError(); }\n",
+    }
+    for name, text in good.items():
+        (tmp_path / name).write_text(text)
+    unit = BuildUnit("t/1", (kernel, host), "t", "a.variant", check_only=True, facts=False)
+    ok = build.build_all([unit], arch="sm_90")[unit]
+    assert ok.ok and ok.lib is not None and ok.lib.suffix == ".ok", ok.log
+    (tmp_path / where).write_text(good[where] + mistake + "\n")
+    bad = build.build_all([unit], arch="sm_90")[unit]
+    assert not bad.ok and bad.verdict == Verdict.COMPILE_ERROR and "error" in bad.log, bad.log
+
+
+@pytest.mark.skipif(not _have_nvcc(), reason="nvcc not installed: install the CUDA toolkit to compile kernels")
 def test_a_bare_path_is_still_one_file_on_its_own(tmp_path, monkeypatch):
     monkeypatch.setattr(paths, "BUILD", tmp_path / "build")
     src = tmp_path / "solutions" / "01_x.cu"
