@@ -1,11 +1,13 @@
 """How long a student waits: edit one lab 1 task, re-run its test, read the verdict.
 
 Measured in one run, on one GPU: the grader's edit-and-retest loop, `make test-lab1 TASK=01`
-(warm: fork server up, the other tasks cached); the same kernel rebuilt through
-torch.utils.cpp_extension.load_inline after the same edit (the usual alternative); and grading
-all of lab 1 from a cold build cache.
+(warm: fork server up, the other tasks cached), and the same with pytest alone (no head start);
+the same kernel rebuilt through torch.utils.cpp_extension.load_inline after the same edit (the
+usual alternative); the PyTorch-extension kind's loop; and grading all of lab 1 from a cold build
+cache.
 
     python benchmarks/edit_loop.py          (or: make bench-grader)
+    python benchmarks/edit_loop.py --loops  (the two edit loops and their parts only: a minute less)
 """
 
 from __future__ import annotations
@@ -60,23 +62,16 @@ def run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
     return time.perf_counter() - t, out.stdout
 
 
-def grade_task_01() -> float:
-    dt, out = run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "lab1/tests",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--solutions",
-            "--task",
-            "01",
-            "--timing",
-            "off",
-        ]
-    )
+def grade_task_01(head_start: bool = True) -> float:
+    """The verdict on task 01 as a student asks for it, `make test-lab1 TASK=01` (the reference
+    solution, timing off); `head_start=False`: pytest alone, the build begun only once pytest has
+    started, as the loop was before make's head start (grader/build/head_start.py)."""
+    if head_start:
+        command = ["make", "-s", "test-lab1", "TASK=01", "SOLUTIONS=1", "ARGS=--timing off"]
+    else:
+        command = [sys.executable, "-m", "pytest", "lab1/tests", "-q", "-p", "no:cacheprovider", "--solutions"]
+        command += ["--task", "01", "--timing", "off"]
+    dt, out = run(command, {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
     assert "1 passed" in out, out
     return dt
 
@@ -139,7 +134,24 @@ def extension_edit_loop() -> list[float]:
     return [grade(original.replace(line, f"constexpr int kThreads = {(128, 64)[k % 2]};")) for k in range(REPEATS)]
 
 
+def load_inline_loop(original: str) -> dict[str, float | list[float]]:
+    """The same kernel, the same edit, rebuilt through torch.utils.cpp_extension.load_inline."""
+    build = Path(tempfile.mkdtemp(prefix="inline-"))
+    src = build / "task.cu"
+    driver = [sys.executable, "-c", INLINE_DRIVER, str(src), str(build), str(paths.INCLUDE)]
+    env = {**os.environ, "TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST", "9.0")}
+    src.write_text(original)
+    first = run(driver, env)[0]
+    inline = []
+    for k in range(INLINE_REPEATS):
+        src.write_text(original + f"// edit {k} {time.time_ns()}\n")
+        inline.append(run(driver, env)[0])
+    shutil.rmtree(build, ignore_errors=True)
+    return {"load_inline_first_build_s": first, "load_inline_edit_s": inline}
+
+
 def main() -> int:
+    loops_only = "--loops" in sys.argv[1:]
     original = TASK_FILE.read_text()
     results: dict[str, float | list[float]] = {}
     try:
@@ -153,20 +165,14 @@ def main() -> int:
             TASK_FILE.write_text(original + f"// edit {k} {time.time_ns()}\n")
             edited.append(grade_task_01())
         results["grader_edit_s"] = edited
+        plain = []
+        for k in range(REPEATS):
+            TASK_FILE.write_text(original + f"// plain {k} {time.time_ns()}\n")
+            plain.append(grade_task_01(head_start=False))
+        results["grader_edit_without_head_start_s"] = plain
         results["grader_unchanged_s"] = grade_task_01()
-
-        build = Path(tempfile.mkdtemp(prefix="inline-"))
-        src = build / "task.cu"
-        driver = [sys.executable, "-c", INLINE_DRIVER, str(src), str(build), str(paths.INCLUDE)]
-        env = {**os.environ, "TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST", "9.0")}
-        src.write_text(original)
-        results["load_inline_first_build_s"] = run(driver, env)[0]
-        inline = []
-        for k in range(INLINE_REPEATS):
-            src.write_text(original + f"// edit {k} {time.time_ns()}\n")
-            inline.append(run(driver, env)[0])
-        results["load_inline_edit_s"] = inline
-        shutil.rmtree(build, ignore_errors=True)
+        if not loops_only:
+            results.update(load_inline_loop(original))
     finally:
         TASK_FILE.write_text(original)
 
@@ -174,26 +180,31 @@ def main() -> int:
     parts = where_the_time_goes()
     results.update(parts)
 
-    shutil.rmtree(paths.BUILD / "lab1", ignore_errors=True)
-    cold_env = {**os.environ, "GRADER_FORKSERVER": "0"}
-    results["lab1_cold_s"] = run(
-        [sys.executable, "-m", "pytest", "lab1/tests", "-q", "-p", "no:cacheprovider", "--solutions"], cold_env
-    )[0]
+    if not loops_only:
+        shutil.rmtree(paths.BUILD / "lab1", ignore_errors=True)
+        cold_env = {**os.environ, "GRADER_FORKSERVER": "0"}
+        results["lab1_cold_s"] = run(
+            [sys.executable, "-m", "pytest", "lab1/tests", "-q", "-p", "no:cacheprovider", "--solutions"], cold_env
+        )[0]
 
     g = statistics.median(results["grader_edit_s"])  # type: ignore[arg-type]
-    i = statistics.median(results["load_inline_edit_s"])  # type: ignore[arg-type]
     print(json.dumps(results, indent=2))
+    if not loops_only:
+        i = statistics.median(results["load_inline_edit_s"])  # type: ignore[arg-type]
+        print(
+            f"edit + re-test one task (median of {REPEATS}): grader {g:.2f} s, load_inline {i:.2f} s "
+            f"({i / g:.1f}x slower); first load_inline build {results['load_inline_first_build_s']:.1f} s"
+        )
+    p = statistics.median(results["grader_edit_without_head_start_s"])  # type: ignore[arg-type]
+    rest = p - parts["pytest_start_and_collect_s"] - parts["build_s"]
     print(
-        f"edit + re-test one task (median of {REPEATS}): grader {g:.2f} s, load_inline {i:.2f} s "
-        f"({i / g:.1f}x slower); first load_inline build {results['load_inline_first_build_s']:.1f} s"
-    )
-    rest = g - parts["pytest_start_and_collect_s"] - parts["build_s"]
-    print(
-        f"where the {g:.2f} s go (medians, each part timed alone): pytest's start and collection "
+        f"where the time goes (medians, each part timed alone): pytest's start and collection "
         f"{parts['pytest_start_and_collect_s']:.2f} s, the build (nvcc, link, facts) {parts['build_s']:.2f} s, "
-        f"the rest (task process, cases, checks, report) {rest:.2f} s; goal 1.5 s"
+        f"the rest (task process, cases, checks, report) {rest:.2f} s of pytest alone's {p:.2f} s; with make's "
+        f"head start (the build begun before pytest) {g:.2f} s; goal 1.5 s"
     )
-    print(f"grade all of lab 1 from a cold cache (no fork server): {results['lab1_cold_s']:.1f} s")
+    if not loops_only:
+        print(f"grade all of lab 1 from a cold cache (no fork server): {results['lab1_cold_s']:.1f} s")
     e = statistics.median(results["torch_ext_edit_s"])  # type: ignore[arg-type]
     print(
         f"PyTorch extension (fixtures/91) re-run after a one-line kernel edit (median of {REPEATS}): {e:.2f} s; "

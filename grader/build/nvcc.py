@@ -25,6 +25,8 @@ opcodes. The task process reads the same record to judge the kernels a call laun
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import importlib.metadata as md
@@ -36,7 +38,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -422,6 +424,41 @@ def _cached(plan: _Plan) -> BuildResult | None:
     )
 
 
+def _failed_before(plan: _Plan) -> BuildResult | None:
+    """The unit's last build, when it failed on a compile error and nothing it may have read changed
+    since (its log, written when it failed, is newer than the course's headers and every header
+    in its include folders; the key covers the rest). The head start's build of a file with an
+    error is then the grader's verdict too, not a second nvcc run that fails the same way."""
+    if plan.lib.exists() or not plan.log.exists():
+        return None
+    try:
+        failed_at = plan.log.stat().st_mtime_ns
+        folders = [paths.INCLUDE, *plan.unit.include_dirs]
+        headers = [h for d in folders for pattern in ("*.h", "*.cuh", "*.hpp") for h in Path(d).rglob(pattern)]
+        if any(h.stat().st_mtime_ns >= failed_at for h in headers):
+            return None
+        log = plan.log.read_text(errors="replace")
+    except OSError:
+        return None
+    if environment_problem(log) or not log.strip():  # the machine's failure, not the code's: try again
+        return None
+    return _failure(plan, log)
+
+
+def _failure(plan: _Plan, log: str) -> BuildResult:
+    problem = environment_problem(log)
+    return BuildResult(
+        plan.unit.sources[0],
+        False,
+        None,
+        log,
+        error=problem or first_error(log),
+        verdict=Verdict.ENVIRONMENT if problem else Verdict.COMPILE_ERROR,
+        unit=plan.unit,
+        arch=plan.arch,
+    )
+
+
 def _facts_from(record: dict) -> BuildFacts:
     reach = record["reach"]
     return BuildFacts(
@@ -480,18 +517,37 @@ def build_all(
             results[item] = hit
         else:
             todo[plan.base] = (plan, [item])
-    if todo:
-        start = time.perf_counter()
-        plans = [plan for plan, _ in todo.values()]
-        _run_builds(plans, jobs, nvcc, confine)
-        elapsed = time.perf_counter() - start
-        tk = _toolkit(nvcc)
-        for plan, items in todo.values():
-            result = _finish(plan, tk)
-            result.seconds = elapsed
-            for item in items:
-                results[item] = result
+    if not todo:
+        return results
+    # another process may be building the same units (make test-labN's head start, begun before
+    # pytest: grader/build/head_start.py; make check's workers): wait for it, then take what it built
+    with _locked(sorted(todo)):
+        for base, (plan, items) in list(todo.items()):
+            if (hit := _cached(plan) or _failed_before(plan)) is not None:
+                results.update(dict.fromkeys(items, hit))
+                del todo[base]
+        if todo:
+            start = time.perf_counter()
+            _run_builds([plan for plan, _ in todo.values()], jobs, nvcc, confine)
+            elapsed = time.perf_counter() - start
+            tk = _toolkit(nvcc)
+            for plan, items in todo.values():
+                result = _finish(plan, tk)
+                result.seconds = elapsed
+                results.update(dict.fromkeys(items, result))
     return results
+
+
+@contextlib.contextmanager
+def _locked(bases: Sequence[Path]) -> Iterator[None]:
+    """An exclusive lock per unit (`<base>.lock`, flock: released when the process ends, however it
+    ends), taken in one order by every process so that two never wait on each other."""
+    with contextlib.ExitStack() as stack:
+        for base in bases:
+            base.parent.mkdir(parents=True, exist_ok=True)
+            handle = stack.enter_context(open(base.with_name(base.name + ".lock"), "a"))
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 def _compile_command(plan: _Plan, i: int, src: Path, nvcc: Path) -> list[str]:
@@ -637,17 +693,7 @@ def _finish(plan: _Plan, tk: Toolkit) -> BuildResult:
     ok = (work / "lib.so").exists()
     try:
         if not ok:
-            problem = environment_problem(log)
-            return BuildResult(
-                unit.sources[0],
-                False,
-                None,
-                log,
-                error=problem or first_error(log),
-                verdict=Verdict.ENVIRONMENT if problem else Verdict.COMPILE_ERROR,
-                unit=unit,
-                arch=plan.arch,
-            )
+            return _failure(plan, log)
         record = _record(plan, tk, log)
         paths.write_atomically(plan.record, json.dumps(record))
         os.replace(work / "lib.so", plan.lib)
