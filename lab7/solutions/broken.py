@@ -165,11 +165,25 @@ VARIANTS: dict[str, Variant] = {
         " the contract asks for NaN",
         mistake="invalid target",
     ),
+    "01_cross_entropy.int_offsets": Variant(
+        SRC,
+        [
+            (
+                "    const T* x = logits + row * (size_t)V;\n    T* g = dlogits + row * (size_t)V;\n",
+                "    const T* x = logits + (int)row * V;  // 32-bit offsets\n    T* g = dlogits + (int)row * V;\n",
+            )
+        ],
+        {"crash", "wrong"},
+        "",
+        "row offsets computed in int: past 2^31 elements (row 16744 of 128256) they wrap around",
+        huge=True,
+        mistake="32-bit offsets",
+    ),
 }
 
+HUGE: list[str] = ["01_cross_entropy.int_offsets"]  # graded with the cases past 2^31 elements
 # one variant of the task per grading run
-BATCHES = [[name] for name in VARIANTS]
+BATCHES = [[name] for name in VARIANTS if name not in HUGE]
 SANITIZED: list[str] = []
 AT_BUILD: list[str] = []
-HUGE: list[str] = []
 TIMED: list[str] = []

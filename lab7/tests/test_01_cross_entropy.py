@@ -16,7 +16,9 @@ Shapes (rows x V): 1x1 (p = 1: loss and gradient 0), 3x7 and 33x33 (all head and
 16-byte pack in most rows), 5x1000 and 7x4099 (a warp and a 256-thread block per row, rows that
 start off the 16-byte grid), 13x32003 (LLaMA's 32000 + 3), 1x50257 and 37x50257 (GPT-2's
 vocabulary: a row is 201 KB of float32, more than a block's shared memory), 2x128256 (LLaMA 3's),
-and the timing case 8192x50257: GPT-2 at B x T = 8 x 1024, 1.6 GB of float32 logits.
+the timing case 8192x50257: GPT-2 at B x T = 8 x 1024, 1.6 GB of float32 logits; and, under `make
+grade` only, 16745x128256: 2^31 + 6496 elements (8.6 GB of float32 logits), where an int row * V
+offset overflows.
 
 The references: torch's F.cross_entropy(reduction="none", ignore_index=...) in float64 on the
 logits the kernel reads (bf16 ones upcast), and the gradient from autograd with dloss as the
@@ -73,6 +75,8 @@ TOLERANCE = {"f32": (2e-6, 1e-5), "bf16": (2e-6, 8e-3)}
 LARGE_MEAN = 1e4
 LARGE_LOSS_ATOL = 4e-3
 TIMING = (8192, 50257)  # GPT-2: B x T = 8 x 1024 rows of its vocabulary
+HUGE = (16745, 128256)  # 2^31 + 6496 elements: LLaMA 3's vocabulary at B x T = 16745 (make grade)
+CHUNK_ELEMENTS = 1 << 26  # rows of the reference at a time (float64 temporaries of 512 MB)
 
 
 def args(dt: str) -> list:
@@ -118,7 +122,9 @@ def make_inputs(p: dict[str, Any], rng: Rng) -> dict[str, Any]:
 
     rows, v = p["rows"], p["V"]
     ignore = 3 if p.get("inside") else IGNORE
-    logits = rng.randn(rows, v) * SCALE + p.get("mean", 0.0)
+    logits = rng.randn(rows, v).mul_(SCALE)  # in place: the huge case has no room for a second copy
+    if p.get("mean"):
+        logits.add_(p["mean"])
     if rows > 1:
         logits[rows // 2] = logits[rows // 2, 0]  # all logits equal: p = 1/V
     target = rng.integers(0, v, rows, dtype="i64")
@@ -141,19 +147,26 @@ def make_inputs(p: dict[str, Any], rng: Rng) -> dict[str, Any]:
 
 
 def reference(logits: Any, target: Any, dloss: Any, ignore: int) -> tuple[Any, Any]:
-    """(loss, dlogits) in float64: torch's cross-entropy and its autograd gradient; rows whose
-    target is neither in [0, V) nor ignore_index get NaN."""
+    """(loss, dlogits): torch's cross-entropy and its autograd gradient in float64, rows whose
+    target is neither in [0, V) nor ignore_index set to NaN. In chunks of rows; the gradient of the
+    case past 2^31 elements is kept in float32 (float64 would take 17 GB more)."""
     import torch
     import torch.nn.functional as F  # noqa: N812 - torch's own spelling
 
-    v = logits.shape[1]
+    rows, v = logits.shape
     bad = (target != ignore) & ((target < 0) | (target >= v))
     safe = torch.where(bad, torch.full_like(target, ignore), target)
-    x = logits.double().requires_grad_(True)
-    with torch.enable_grad():
-        loss = F.cross_entropy(x, safe, reduction="none", ignore_index=ignore)
-        (grad,) = torch.autograd.grad(loss, x, dloss.double())
-    loss = loss.detach()
+    kept = torch.float64 if logits.numel() <= CHUNK_ELEMENTS else torch.float32
+    loss = torch.empty(rows, dtype=torch.float64, device=logits.device)
+    grad = torch.empty(rows, v, dtype=kept, device=logits.device)
+    step = max(1, CHUNK_ELEMENTS // v)
+    for r in range(0, rows, step):
+        x = logits[r : r + step].double().requires_grad_(True)
+        with torch.enable_grad():
+            part = F.cross_entropy(x, safe[r : r + step], reduction="none", ignore_index=ignore)
+            (g,) = torch.autograd.grad(part, x, dloss[r : r + step].double())
+        loss[r : r + step] = part.detach()
+        grad[r : r + step] = g
     loss[bad] = float("nan")
     grad[bad] = float("nan")
     return loss, grad
@@ -334,6 +347,7 @@ MISTAKES = {
     "in place": "in_place: dlogits is the logits' buffer; the target's logit read after the writes is a gradient",
     "wrong stream": "on_the_stream_argument: captured on torch's capture stream, a launch elsewhere fails",
     "invalid target": "33x33, 7x4099, 37x50257: targets V and -1 must give NaN, not a read outside the row",
+    "32-bit offsets": "16745x128256 (make grade): row * V passes 2^31 elements",
 }
 
 TASK = CudaTask(
@@ -352,7 +366,8 @@ TASK = CudaTask(
         )
         for dt in DTYPES
     ],
-    cases=[shape_case(*s) for s in SHAPES] + [Case(label(*TIMING), rows=TIMING[0], V=TIMING[1])],
+    cases=[shape_case(*s) for s in SHAPES]
+    + [Case(label(*TIMING), rows=TIMING[0], V=TIMING[1]), Case(label(*HUGE), huge=True, rows=HUGE[0], V=HUGE[1])],
     make_inputs=make_inputs,
     tolerance=TOLERANCE,
     timing_case=label(*TIMING),
