@@ -48,7 +48,7 @@ Checks before the cases:
 - `large_logits`: logits 1e4 + 3 randn (8x4099 and 3x50257, both dtypes): exp(x) overflows past
   88.7, so a kernel that does not subtract the row's max returns inf or NaN. dlogits are judged
   with the task's tolerance (x - m is exact there); the loss with atol 4e-3: float32's spacing
-  near 1e4 is 2^-10 (9.8e-4), and a kernel that forms lse = m + log(s) first (llm.c, Liger) and
+  near 1e4 is 2^-10 (9.8e-4), and a kernel that forms lse = m + log(s) first (a common way) and
   then subtracts x_t rounds the loss to it; a margin of 4 over one rounding and the sum's error.
 - `in_place`: dlogits given the logits' own buffer (5x7, 7x4099, 3x50257, both dtypes), the
   contract's in-place form: a kernel that reads the target's logit, or any logit, after some
