@@ -3,7 +3,7 @@
 PY      := .venv/bin/python
 STAMP   := .venv/.setup-stamp
 PYTEST  := $(PY) -m pytest
-LABS    := lab1 lab2 lab3 lab4 lab5 lab6
+LABS    := lab1 lab2 lab3 lab4 lab5 lab6 lab7
 TASK    ?=
 ARGS    ?=
 OUT     ?= grade-results
@@ -30,7 +30,7 @@ GRADE_OPTS := -q --no-header -p no:cacheprovider -rfEs $(if $(TASK),--task=$(TAS
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_%-]+:.*## / {name = $$1; sub(/%/, "N", name); printf "  %-16s %s\n", name, $$2}' $(MAKEFILE_LIST)
-	@echo "  labs: N is 1 to 6 (make test-lab1, make bench-lab2, ...)"
+	@echo "  labs: N is 1 to 7 (make test-lab1, make bench-lab2, ...)"
 	@echo "  variables: TASK=NN or labN/NN (one task), SOLUTIONS=1 (grade the reference solutions), ARGS='...' (extra options), LABS='lab2 lab3' (make verify), JOBS=1 (make check in one process), OUT=dir, DEST=dir"
 
 # .venv/bin/python is a link to an old interpreter binary, so the set-up leaves a fresh stamp instead

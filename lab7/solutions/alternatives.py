@@ -1,0 +1,57 @@
+"""Honest lab 7 solutions written differently from the reference: each must pass under every seed.
+
+tests/test_honest_alternatives.py grades each one (grader/instructor/honest.py) with several values
+of GRADER_SEED, on a GPU. They are edits to the reference solutions, so they follow it; each changes
+what a student could legitimately choose otherwise.
+"""
+
+from __future__ import annotations
+
+from grader.instructor.honest import Alternative
+
+SRC = "01_cross_entropy.cu"
+
+# the reference's first pass: one read of the row folded into an online (max, sum)
+ONLINE_PASS = (
+    "    MaxSum a{-FLT_MAX, 0.0f};\n"
+    "    for (int j = tid; j < head; j += THREADS) a = fold(a, to_float(x[j]));\n"
+    "    for (int i = tid; i < packs; i += THREADS)"
+    " a = fold(a, *reinterpret_cast<const P*>(x + head + (size_t)i * N));\n"
+    "    for (int j = tail + tid; j < V; j += THREADS) a = fold(a, to_float(x[j]));\n"
+    "    a = block_merge<THREADS>(a, scratch);\n"
+)
+
+# the classic three passes: the max, then the sum of exp(x - max) (expf, no rescaling), then the
+# gradient; the block's pairs are merged with the same block_merge (a sum of 0 carries the max alone)
+TWO_PASSES = (
+    "    float mx = -FLT_MAX;\n"
+    "    for (int j = tid; j < head; j += THREADS) mx = fmaxf(mx, to_float(x[j]));\n"
+    "    for (int i = tid; i < packs; i += THREADS) {\n"
+    "        const P p = *reinterpret_cast<const P*>(x + head + (size_t)i * N);\n"
+    "        for (int k = 0; k < N; ++k) mx = fmaxf(mx, to_float(p.v[k]));\n"
+    "    }\n"
+    "    for (int j = tail + tid; j < V; j += THREADS) mx = fmaxf(mx, to_float(x[j]));\n"
+    "    const float m = block_merge<THREADS>(MaxSum{mx, 0.0f}, scratch).m;\n"
+    "    __syncthreads();  // scratch is used again below\n"
+    "    float s = 0.0f;\n"
+    "    for (int j = tid; j < head; j += THREADS) s += expf(to_float(x[j]) - m);\n"
+    "    for (int i = tid; i < packs; i += THREADS) {\n"
+    "        const P p = *reinterpret_cast<const P*>(x + head + (size_t)i * N);\n"
+    "        for (int k = 0; k < N; ++k) s += expf(to_float(p.v[k]) - m);\n"
+    "    }\n"
+    "    for (int j = tail + tid; j < V; j += THREADS) s += expf(to_float(x[j]) - m);\n"
+    "    const MaxSum a = block_merge<THREADS>(MaxSum{m, s}, scratch);\n"
+)
+
+ALTERNATIVES: dict[str, Alternative] = {
+    "01_cross_entropy.one_warp_per_row": Alternative(
+        SRC,
+        [("    if (V <= 2048) {\n", "    if (true) {  // one warp per row, whatever V\n")],
+        "one warp per row for every V: a lane chains 1000 Packs of a 128256-wide row before the shuffles",
+    ),
+    "01_cross_entropy.max_then_sum": Alternative(
+        SRC,
+        [(ONLINE_PASS, TWO_PASSES)],
+        "no online softmax: the row read three times (max, sum of exp, gradient), expf instead of __expf",
+    ),
+}

@@ -1,0 +1,189 @@
+"""Deliberately broken lab 7 submissions, written as edits to the reference solutions.
+
+tests/test_broken_variants.py applies each edit, grades the result and expects the verdict given
+here (grader/instructor/broken.py). Every one needs a GPU; on a machine without one they are only
+compiled. The task's checks run before its cases, so a variant caught by `large_logits`,
+`in_place` or `on_the_stream_argument` is named by that check's words.
+"""
+
+from __future__ import annotations
+
+from grader.instructor.broken import Variant
+
+SRC = "01_cross_entropy.cu"
+PASS1_PACKS = (
+    "    for (int i = tid; i < packs; i += THREADS)"
+    " a = fold(a, *reinterpret_cast<const P*>(x + head + (size_t)i * N));\n"
+)
+LOSS = "    if (tid == 0) loss[row] = (a.m - x_t) + logf(a.s);\n"
+X_T = "    const float x_t = to_float(x[t]);  // before the barrier below: every write comes after it\n"
+END_OF_KERNEL = (
+    "            g[j] = from_float<T>(scale * (__expf(to_float(x[j]) - a.m) * inv_s - (j == t ? 1.0f : 0.0f)));\n"
+    "    }\n}\n"
+)
+
+VARIANTS: dict[str, Variant] = {
+    "01_cross_entropy.no_max_subtracted": Variant(
+        SRC,
+        [
+            ("    MaxSum a{-FLT_MAX, 0.0f};\n", "    MaxSum a{0.0f, 0.0f};  // exp(x) itself: the max stays 0\n"),
+            ("    if (x > a.m) return", "    if (false) return"),
+            ("    if (mx > a.m) {", "    if (false) {"),
+        ],
+        {"wrong"},
+        "logits of mean",
+        "sums exp(x) without subtracting the row's max: right for logits of a few units, inf at 1e4",
+        mistake="overflow",
+    ),
+    "01_cross_entropy.forward_only": Variant(
+        SRC,
+        [("    const float scale = dloss[row];\n", "    const float scale = 0.0f;  // the loss only: no gradient\n")],
+        {"wrong"},
+        "dlogits",
+        "computes the loss and writes zeros into dlogits, as a forward pass would leave them",
+        mistake="forward only",
+    ),
+    "01_cross_entropy.no_one_hot": Variant(
+        SRC,
+        [(" - (j == t ? 1.0f : 0.0f)", ""), (" - (j0 + k == t ? 1.0f : 0.0f)", "")],
+        {"wrong"},
+        "dlogits",
+        "writes dloss * softmax: the one-hot of the target is never subtracted",
+        mistake="no one-hot",
+    ),
+    "01_cross_entropy.dloss_of_row_0": Variant(
+        SRC,
+        [("    const float scale = dloss[row];\n", "    const float scale = dloss[0];  // one dloss for all\n")],
+        {"wrong"},
+        "dlogits",
+        "scales every row's gradient by dloss[0], as if the reduction's gradient were one number",
+        mistake="dloss per row",
+    ),
+    "01_cross_entropy.range_before_ignore": Variant(
+        SRC,
+        [("    if (t == ignore_index || t < 0 || t >= V) {", "    if (t < 0 || t >= V) {  // ignore_index < 0?")],
+        {"wrong"},
+        "ignore_index=3",
+        "recognises an ignored row only by a target outside [0, V): right for -100, wrong when ignore_index"
+        " is a token id (3), whose rows then get a loss and a gradient",
+        mistake="ignored rows",
+    ),
+    "01_cross_entropy.target_as_int32": Variant(
+        SRC,
+        [
+            (
+                "    const int64_t t = target[row];\n",
+                "    const int64_t t = reinterpret_cast<const int*>(target)[row];  // int32: half an int64\n",
+            )
+        ],
+        {"wrong"},
+        "",
+        "reads the int64 targets as int32: row 1 gets the high word of target[0], row 2 the low word of"
+        " target[1], and so on",
+        mistake="target as int32",
+    ),
+    "01_cross_entropy.last_pack_skipped": Variant(
+        SRC,
+        [(PASS1_PACKS, PASS1_PACKS.replace("i < packs;", "i + 1 < packs;"))],
+        {"wrong"},
+        "",
+        "the first pass stops one pack short (i + 1 < packs): the sum misses up to 4 (8) values of every"
+        " row, the second pass still writes them",
+        mistake="chunk loop",
+    ),
+    "01_cross_entropy.no_head": Variant(
+        SRC,
+        [("    const int head = min(V, head_of<T>(x));\n", "    const int head = 0;  // every row on the grid?\n")],
+        {"crash"},
+        "misaligned",
+        "loads Packs from the start of every row: row r of V = 4099 starts r * 4099 floats in, off the"
+        " 16-byte grid, and the 16-byte load faults",
+        mistake="row alignment",
+    ),
+    "01_cross_entropy.one_pack_per_thread": Variant(
+        SRC,
+        [
+            (
+                PASS1_PACKS,
+                PASS1_PACKS.replace("for (int i = tid; i < packs; i += THREADS)", "if (int i = tid; i < packs)"),
+            )
+        ],
+        {"wrong"},
+        "",
+        "the first pass folds one Pack per thread and stops: rows longer than the block's THREADS Packs"
+        " (4099 and more) lose the rest from the sum",
+        mistake="long rows",
+    ),
+    "01_cross_entropy.bf16_sum": Variant(
+        SRC,
+        [
+            (
+                "    for (int k = 0; k < Pack<T>::N; ++k) a.s += __expf(to_float(p.v[k]) - a.m);\n",
+                "    for (int k = 0; k < Pack<T>::N; ++k)  // the running sum kept in bf16\n"
+                "        a.s = __bfloat162float(__float2bfloat16_rn(a.s + __expf(to_float(p.v[k]) - a.m)));\n",
+            )
+        ],
+        {"wrong"},
+        "",
+        "keeps each thread's running sum of exp in bf16 (8 bits): terms under 2^-9 of the sum are lost and"
+        " the loss is off by far more than float32's tolerance",
+        mistake="bf16 accumulation",
+    ),
+    "01_cross_entropy.target_logit_read_last": Variant(
+        SRC,
+        [
+            (X_T, ""),
+            (LOSS, ""),
+            (
+                END_OF_KERNEL,
+                END_OF_KERNEL[: -len("}\n")]
+                + "    __syncthreads();  // every gradient written\n"
+                + "    if (tid == 0) loss[row] = (a.m - to_float(x[t])) + logf(a.s);\n}\n",
+            ),
+        ],
+        {"wrong"},
+        "in place",
+        "reads the target's logit for the loss after the gradients are written: right out of place, but in"
+        " place x[t] is by then the target's gradient",
+        mistake="in place",
+    ),
+    "01_cross_entropy.default_stream": Variant(
+        SRC,
+        [(", 0, stream>>>", ">>>")],
+        {"wrong"},
+        "CUDA graph",
+        "launches on the default stream, not on `stream`: right when the caller uses the default stream, but"
+        " a capture on another stream fails",
+        mistake="wrong stream",
+    ),
+    "01_cross_entropy.invalid_target_read": Variant(
+        SRC,
+        [("    if (t == ignore_index || t < 0 || t >= V) {", "    if (t == ignore_index) {")],
+        {"wrong", "crash"},
+        "",
+        "no range check on the target: V reads the next row's first logit, -1 the previous row's last, where"
+        " the contract asks for NaN",
+        mistake="invalid target",
+    ),
+    "01_cross_entropy.int_offsets": Variant(
+        SRC,
+        [
+            (
+                "    const T* x = logits + row * (size_t)V;\n    T* g = dlogits + row * (size_t)V;\n",
+                "    const T* x = logits + (int)row * V;  // 32-bit offsets\n    T* g = dlogits + (int)row * V;\n",
+            )
+        ],
+        {"crash", "wrong"},
+        "",
+        "row offsets computed in int: past 2^31 elements (row 16744 of 128256) they wrap around",
+        huge=True,
+        mistake="32-bit offsets",
+    ),
+}
+
+HUGE: list[str] = ["01_cross_entropy.int_offsets"]  # graded with the cases past 2^31 elements
+# one variant of the task per grading run
+BATCHES = [[name] for name in VARIANTS if name not in HUGE]
+SANITIZED: list[str] = []
+AT_BUILD: list[str] = []
+TIMED: list[str] = []
