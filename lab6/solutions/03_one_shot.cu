@@ -150,7 +150,6 @@ __device__ __forceinline__ void block_barrier(const Peers& peers, int rank, int 
 }
 // TODO(lab6/03) end
 
-
 // TODO(lab6/03) begin: the kernel: an entry barrier, then, in rounds of gridDim.x * blockDim.x float4s, each thread adds its float4 (or, past the last whole one, its single floats) of every rank's buffer in rank order, a barrier (every rank has read this round of this rank's buffer), and writes the sum into its own buffer; the block's epoch read at the start and stored at the end; see the chapter's section "3.2 One step"; about 45 lines; try n = 5 on 2 ranks by hand.
 // Block b of every rank covers the same elements (the grid is the same on all ranks): a barrier
 // of block b alone orders its reads of the peers' inputs before their writes of the sums.
