@@ -67,9 +67,10 @@ bench-lab5: $(STAMP) ## lab 5 (GPU): the kernels' timings, then decode against t
 	$(PY) lab5/bench_llama.py $(if $(SOLUTIONS),--solutions --write-readme) $(ARGS)
 
 # lab 6: task 01's timings, then decode of the 7B shape on 1, 2 and 4 GPUs (those this machine shows)
-bench-lab6: $(STAMP) ## lab 6 (GPUs): task 01's timings, then 7B decode on 1, 2 and 4 GPUs, compute and communication apart
+bench-lab6: $(STAMP) ## lab 6 (GPUs): task 01's timings, then 7B decode on 1, 2 and 4 GPUs, compute and communication apart, then tasks 02 and 03 against NCCL
 	$(PY) -m grader bench lab6 $(if $(TASK),--task $(TASK)) $(if $(SOLUTIONS),--solutions)
 	$(PY) lab6/bench_tp.py $(if $(SOLUTIONS),--solutions --write-readme) $(ARGS)
+	$(PY) lab6/bench_allreduce.py $(if $(SOLUTIONS),--solutions --write-readme)
 
 bench-lab%: $(STAMP) ## time a lab carefully; write its ladder tables and plots into its chapter (labN/*.md)
 	$(PY) -m grader bench lab$* $(if $(TASK),--task $(TASK)) $(if $(SOLUTIONS),--solutions)

@@ -16,6 +16,7 @@ from grader.build import nvcc as build
 from grader.build.nvcc import BuildUnit
 from grader.instructor import broken
 from grader.records import TaskResult, Verdict
+from grader.tasks.python import PythonTask
 from grader.tasks.spec import CudaTask
 
 LABS = broken.labs()
@@ -99,7 +100,8 @@ def test_every_variant_applies_and_compiles(lab: str, stem: str) -> None:
             # test_build_time_variant_is_caught_without_a_gpu builds it with the task's own flags
             # wherever this test builds (where nvcc is), and its verdict needs that build to succeed
             continue
-        if isinstance(task, CudaTask):  # built as its task builds it: flags, libraries, header wheels
+        # built as its task builds it: flags, libraries, header wheels (a Python task's library too)
+        if isinstance(task, CudaTask) or (isinstance(task, PythonTask) and task.builds_library):
             unit = BuildUnit.for_task(task, files, "variant")
             units.append(dataclasses.replace(unit, flags=(*unit.flags, *COMPILE_ONLY), facts=False, check_only=True))
     results = build.build_all(units)  # notebooks and torch extensions are built by their own kinds

@@ -13,6 +13,7 @@ from grader.build.nvcc import BuildUnit
 from grader.instructor import honest
 from grader.instructor.broken import task_of
 from grader.records import Verdict
+from grader.tasks.python import PythonTask
 from grader.tasks.spec import CudaTask
 
 LABS = honest.labs()
@@ -30,7 +31,8 @@ def test_every_alternative_applies_and_compiles(lab: str) -> None:
     for name in honest.catalogue_of(lab).ALTERNATIVES:
         task = task_of(lab, name)
         files = honest.sources(lab, name)
-        if isinstance(task, CudaTask):  # whether it compiles: device code unoptimized, as for the variants
+        # whether it compiles (a Python task's library too): device code unoptimized, as for the variants
+        if isinstance(task, CudaTask) or (isinstance(task, PythonTask) and task.builds_library):
             unit = BuildUnit.for_task(task, files, "honest")
             units.append(dataclasses.replace(unit, flags=(*unit.flags, "-Xcicc", "-O0", "-Xptxas", "-O0"), facts=False))
     failed = {f"{u.name} ({u.stem})": r.error for u, r in build.build_all(units).items() if not r.ok}

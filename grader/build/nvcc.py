@@ -53,6 +53,7 @@ from grader.tasks.rules import SASS_RULES
 Confine = Callable[[Path], list[str]]  # a unit's folder -> the command prefix that sandboxes a step
 
 if TYPE_CHECKING:
+    from grader.tasks.python import PythonTask
     from grader.tasks.spec import CudaTask
 
 # Every compile. Never -G: device debug code is an order of magnitude slower and every task is timed.
@@ -92,23 +93,26 @@ class BuildUnit:
     arch_specific: bool = False
 
     @classmethod
-    def for_task(cls, task: CudaTask, sources: Mapping[str, Path], variant: str) -> BuildUnit:
+    def for_task(cls, task: CudaTask | PythonTask, sources: Mapping[str, Path], variant: str) -> BuildUnit:
         """The task's unit: all its files in the order the spec lists them, the lab folder on the
         include path (so a variant graded from elsewhere finds the lab's headers), the spec's flags,
-        libraries and header wheels. `variant` (student, solution, variant) keeps caches apart."""
-        files = tuple(sources[rel] for rel in task.sources)
+        libraries and header wheels. `variant` (student, solution, variant) keeps caches apart.
+        A PythonTask that builds a library (PythonTask.builds_library) gives its C++/CUDA files
+        alone, with its own nvcc_flags."""
+        rels = list(getattr(task, "library_sources", task.sources))
+        files = tuple(sources[rel] for rel in rels)
         tag = {"solution": "sol", "student": "student"}.get(variant, "variant")
         return cls(
             name=task.task_id,
             sources=files,
             group=task.lab,
-            stem=f"{sources[task.source].stem}.{tag}",
+            stem=f"{sources[rels[0]].stem}.{tag}",
             flags=tuple(task.nvcc_flags),
-            libraries=tuple(task.libraries),
-            include_packages=tuple(task.include_packages),
+            libraries=tuple(getattr(task, "libraries", ())),
+            include_packages=tuple(getattr(task, "include_packages", ())),
             include_dirs=(task.lab_dir(),),
             sass=any(getattr(r, "kind", "") in SASS_RULES for r in task.rules),
-            arch_specific=task.arch_specific,
+            arch_specific=getattr(task, "arch_specific", False),
         )
 
     @classmethod

@@ -26,7 +26,7 @@ import pytest
 
 from grader import paths, toolchain
 from grader.records import ChildJob, Phase, Stage, TestOutcome, Verdict
-from grader.tasks.python import DEFAULT_TEST_POINTS, PythonTask
+from grader.tasks.python import DEFAULT_TEST_POINTS, LIBRARY_ENV, PythonTask
 
 if TYPE_CHECKING:
     from grader.child.__main__ import Recorder
@@ -193,6 +193,10 @@ def run(task: PythonTask, job: ChildJob, rec: Recorder) -> None:
         # the student's environment must not change what the inner session runs (-x, --task, plugins)
         os.environ.pop("PYTEST_ADDOPTS", None)
         os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        if job.lib:  # the library the grading process built from the task's .cu sources
+            os.environ[LIBRARY_ENV] = job.lib
+        else:
+            os.environ.pop(LIBRARY_ENV, None)
         collector = Collector(rec, stage_dir, [Path(top).stem for top in task.staged()])
         rec.at(Stage.CHECKING, "collecting the tests")
         code = pytest.main(inner_args(task, toolchain.has_gpu()), plugins=[collector])

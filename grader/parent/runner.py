@@ -26,6 +26,7 @@ from grader.parent import sandbox, sanitizer, scoring
 from grader.parent.isolation import Child, ChildRun, SpawnedChild, child_env, new_child, signal_name
 from grader.parent.static_checks import check_build, check_source
 from grader.records import ChildJob, SanitizerRun, Stage, TaskResult, TimingMode, Verdict
+from grader.tasks.python import PythonTask
 from grader.tasks.seeds import task_key
 from grader.tasks.spec import CudaTask, Task
 
@@ -159,7 +160,8 @@ def _grade(
             early[t.task_id] = _result(t, sources[t.task_id][t.source], Verdict.ENVIRONMENT, prepared[t.prepare])
     gpu = toolchain.has_gpu()
     runnable = {t.task_id for t in tasks if t.task_id not in early and (gpu or not t.gpu) and not too_few_gpus(t)}
-    cuda = [t for t in tasks if t.task_id not in early and isinstance(t, CudaTask)]
+    # the tasks whose library nvcc builds here: CUDA tasks, and Python tasks with .cu sources
+    cuda = [t for t in tasks if t.task_id not in early and builds_here(t)]
     scratch = Path(tempfile.mkdtemp(prefix="grader-"))
     if opts.sandbox:
         sandbox.hide_this_process()
@@ -186,7 +188,7 @@ def _grade(
             if t.task_id in early:
                 yield early[t.task_id]
                 continue
-            b = builds.get(t.task_id) if isinstance(t, CudaTask) else None
+            b = builds.get(t.task_id) if builds_here(t) else None
             child, pending = (pending, None) if t.task_id in runnable else (None, pending)
             res = _grade_one(t, sources[t.task_id], variants[t.task_id], b, opts, gpu, scratch / str(i), child)
             res.notes = notes.get(t.task_id, []) + res.notes
@@ -197,6 +199,11 @@ def _grade(
         if pending is not None:
             pending.kill()
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def builds_here(task: Task) -> bool:
+    """Whether the grading process builds the task's library with nvcc before its process starts."""
+    return isinstance(task, CudaTask) or (isinstance(task, PythonTask) and task.builds_library)
 
 
 def too_few_gpus(task: Task) -> str:

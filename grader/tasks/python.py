@@ -25,18 +25,45 @@ run, and a GPU machine grades all of it.
 `gpu` defaults to False for this kind: most of a compiler is plain Python, and a task that needs
 no GPU is run and graded on a CPU-only machine too (lab 4's CPU executor must be). A task whose
 tests use CUDA says `gpu=True` and is skipped, with a reason, where there is no GPU.
+
+A task's sources may also be `.cu`/`.cpp` files (with their headers): then it `builds_library`.
+The grading process builds them with nvcc into one shared library, as it builds a CUDA task's
+(grader/build/nvcc.py: the course's flags, the task's `nvcc_flags`, the same cache and compile-
+error verdicts), before the task process starts, and passes the library's path to it in
+GRADER_TASK_LIB; the point tests load it with `task_library()` (lab 6's all-reduces: a library the
+tests drive from several processes, which a CudaTask's one call per case cannot). Where the task
+is skipped (no GPU, too few), the build still runs: a compile error is still the verdict.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
 from grader.tasks.spec import Task
 
 DEFAULT_TEST_POINTS = 1.0
+# what a PythonTask's sources may be: Python modules, and the C++/CUDA files of its library
+PYTHON = (".py",)
+COMPILED = (".cu", ".cpp", ".cc", ".cxx", ".c")  # grader/build/nvcc.py compiles these
+HEADERS = (".h", ".hpp", ".cuh")  # hashed into the build's key, not compiled
+LIBRARY_ENV = "GRADER_TASK_LIB"  # the task process's variable that names the built library
+
+
+def task_library() -> Path:
+    """The shared library the grading process built from the task's `.cu` sources, for the point
+    tests to load with ctypes (`ctypes.CDLL(str(task_library()))`). Only inside a task process of a
+    task that `builds_library`; elsewhere a RuntimeError that says so."""
+    where = os.environ.get(LIBRARY_ENV)
+    if not where:
+        raise RuntimeError(
+            f"{LIBRARY_ENV} is not set: the task's library is built by the grader and named to its task process "
+            "(grade it with make test-labN TASK=NN, not by running the spec's tests directly)"
+        )
+    return Path(where)
 
 
 @dataclass(kw_only=True)
@@ -58,14 +85,31 @@ class PythonTask(Task):
 
     gpu: bool = False
     packages: Sequence[str] = ()
+    nvcc_flags: Sequence[str] = ()  # for the library of the `.cu` sources, beyond the course's flags
     # files of earlier tasks this one runs (lab 4's executor runs the kernels of tasks 03-05): staged
     # as this run grades them, the reference solutions' with --solutions, else the student's own
     builds_on: Sequence[str] = ()
 
     def __post_init__(self) -> None:
-        bad = [s for s in self.sources if PurePosixPath(s).suffix != ".py"]
+        allowed = (*PYTHON, *COMPILED, *HEADERS)
+        bad = [s for s in self.sources if PurePosixPath(s).suffix not in allowed]
         if not self.sources or bad:
-            raise ValueError(f"{self.lab}/{self.number}: a PythonTask's sources are .py files, not {bad or 'none'}")
+            raise ValueError(
+                f"{self.lab}/{self.number}: a PythonTask's sources are .py files (and the .cu/.cpp files of its "
+                f"library, with their headers), not {bad or 'none'}"
+            )
+        if not any(PurePosixPath(s).suffix in (*PYTHON, *COMPILED) for s in self.sources):
+            raise ValueError(f"{self.lab}/{self.number}: a PythonTask's sources are .py files or compiled ones")
+
+    @property
+    def builds_library(self) -> bool:
+        """True when some source is C++/CUDA: the grader builds the task's library (task_library)."""
+        return any(PurePosixPath(s).suffix in COMPILED for s in self.sources)
+
+    @property
+    def library_sources(self) -> list[str]:
+        """The sources the library is built from (and the headers hashed with them), in spec order."""
+        return [s for s in self.sources if PurePosixPath(s).suffix in (*COMPILED, *HEADERS)]
 
     def staged(self) -> list[str]:
         """The lab's top-level folders and files that the task process copies: each source's

@@ -169,9 +169,101 @@ def test_a_task_that_needs_a_gpu_is_skipped_without_one(task, monkeypatch):
 
 
 def test_this_kind_needs_no_gpu_unless_it_says_so(task):
-    assert task.gpu is False and task.point_tests
+    assert task.gpu is False and task.point_tests and not task.builds_library
     with pytest.raises(ValueError, match=r"sources are \.py files"):
-        PythonTask(lab="lab4", number="01", title="t", sources=["01_t.cu"])
+        PythonTask(lab="lab4", number="01", title="t", sources=["01_t.ipynb"])
+    with pytest.raises(ValueError, match=r"sources are \.py files"):
+        PythonTask(lab="lab4", number="01", title="t", sources=["01_t.h"])  # a header alone builds nothing
+    lib = PythonTask(lab="lab4", number="01", title="t", sources=["01_t.cu", "01_t.h", "pkg/x.py"])
+    assert lib.builds_library and lib.library_sources == ["01_t.cu", "01_t.h"]
+
+
+# --- a Python task whose sources build a library (grader/tests/fixtures/python_cu) ------------------
+
+LIB_FIXTURE = Path(__file__).parent / "fixtures" / "python_cu"
+LIB_SPEC = LIB_FIXTURE / "tests" / "test_93_twice.py"
+LIB_SOURCE = "93_twice.cu"
+LIB_REFERENCE = LIB_FIXTURE / "variants" / "pass.cu"
+LIB_VARIANTS = {
+    "wrong": [("    return 2 * x;\n", "    return x + x + 1;\n")],
+    "compile": [("    return 2 * x;\n", "    return 2 * y;\n")],  # no y: nvcc's error, not a test's
+}
+
+
+@pytest.fixture(scope="module")
+def lib_task() -> PythonTask:
+    from grader import toolchain
+
+    try:
+        toolchain.find_nvcc()
+    except toolchain.ToolchainError as e:
+        pytest.skip(f"the library of a Python task is built with nvcc: {e}")
+    t = load_task(LIB_SPEC)
+    assert isinstance(t, PythonTask) and t.builds_library and not t.gpu
+    return t
+
+
+def grade_lib(task: PythonTask, variant: str | None, **opts: object) -> TaskResult:
+    if variant is None:
+        overrides = None
+    else:
+        path = LIB_REFERENCE
+        if variant != "pass":
+            path = materialize(LIB_REFERENCE, LIB_VARIANTS[variant], f"python-cu-{variant}", f"fixture `{variant}`")
+        overrides = {task.task_id: {LIB_SOURCE: path}}
+    (result,) = runner.grade([task], runner.Options(timing="off", timeout=TIMEOUT, **opts), overrides)  # type: ignore[arg-type]
+    return result
+
+
+def test_a_python_task_loads_the_library_the_grader_built_from_its_cu_sources(lib_task):
+    """Built by the grading process with nvcc, named to the task process (GRADER_TASK_LIB), loaded by
+    the point tests with task_library(): host functions only, so any machine with nvcc runs it."""
+    r = grade_lib(lib_task, "pass")
+    assert r.verdict == Verdict.PASS, r.message
+    assert [(t.name, t.outcome) for t in r.tests] == [("test_twice", "passed"), ("test_clamp_sum", "passed")]
+    w = grade_lib(lib_task, "wrong")
+    assert w.verdict == Verdict.WRONG and "test_twice" in w.message, w.message
+    assert [(t.name, t.outcome) for t in w.tests] == [("test_twice", "failed"), ("test_clamp_sum", "passed")]
+
+
+def test_a_python_tasks_compile_error_is_its_verdict_before_any_test(lib_task):
+    r = grade_lib(lib_task, "compile")
+    # nvcc's first error, at the graded file's line
+    assert r.verdict == Verdict.COMPILE_ERROR and '"y" is undefined' in r.message and r.tests == [], r.message
+
+
+def test_the_library_is_built_even_where_the_task_is_skipped(lib_task, monkeypatch):
+    """A GPU task on a machine without one: the build still runs (its error is the verdict), then
+    the task is skipped, saying the code compiled."""
+    monkeypatch.setattr(runner.toolchain, "has_gpu", lambda: False)
+    gpu_task = dataclasses.replace(lib_task, gpu=True)
+    r = grade_lib(gpu_task, "pass")
+    assert r.verdict == Verdict.SKIPPED and "compiled" in r.message and "no NVIDIA GPU" in r.message, r.message
+    assert grade_lib(gpu_task, "compile").verdict == Verdict.COMPILE_ERROR
+
+
+def test_the_untouched_library_skeleton_is_not_started(lib_task):
+    r = grade_lib(lib_task, None)
+    assert r.verdict == Verdict.NOT_STARTED and LIB_SOURCE in r.message, r.message
+    forced = grade_lib(lib_task, None, force_run=True)  # make verify's run of a skeleton: built, and wrong
+    assert forced.verdict == Verdict.WRONG, forced.message
+
+
+def test_task_library_says_where_it_comes_from(monkeypatch, tmp_path):
+    from grader.tasks.python import LIBRARY_ENV, task_library
+
+    monkeypatch.delenv(LIBRARY_ENV, raising=False)
+    with pytest.raises(RuntimeError, match="built by the grader"):
+        task_library()
+    monkeypatch.setenv(LIBRARY_ENV, str(tmp_path / "x.so"))
+    assert task_library() == tmp_path / "x.so"
+
+
+def test_the_library_fixture_follows_the_task_file_conventions():
+    student = LIB_FIXTURE / LIB_SOURCE
+    assert student.read_text() == make_skeleton(LIB_REFERENCE.read_text(), LIB_SOURCE)
+    assert not_started(student.read_text(), LIB_SOURCE) and not not_started(LIB_REFERENCE.read_text(), LIB_SOURCE)
+    assert {r.tag for r in find_regions(student.read_text(), LIB_SOURCE)} == {"fixtures/93"}
 
 
 def test_points_marks():

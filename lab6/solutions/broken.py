@@ -3,9 +3,11 @@
 tests/test_broken_variants.py applies each edit, grades the result and expects the verdict given
 here, as for the other labs. Task 05 (tensor-parallel LLaMA, its sharding and its graph) is graded
 on the CPU with gloo, so its variants are graded on every machine, CI included. Task 01 (peer
-memory) and task 04 (the all_reduce lowered to NCCL) need 2 GPUs: their variants are graded on a
-machine that shows 2 or more, except the one the build's rule catches (AT_BUILD), graded anywhere
-nvcc runs. Each variant names its class of mistake, one of those the task's spec lists in `mistakes`.
+memory), tasks 02 and 03 (the ring and one-shot all-reduces over CUDA IPC memory) and task 04
+(the all_reduce lowered to NCCL) need 2 GPUs: their variants are graded on a machine that shows 2
+or more, except the one the build's rule catches (AT_BUILD), graded anywhere nvcc runs; those of
+tasks 02 and 03 are compiled everywhere nvcc runs (tests/test_broken_variants.py). Each variant
+names its class of mistake, one of those the task's spec lists in `mistakes`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,11 @@ from grader.instructor.broken import Variant
 SHARD = "kiln_tp/shard.py"
 PEER = "01_peer.cu"
 NCCL = "kiln_tp/cuda.py"
+RING = "02_ring.cu"
+ONE_SHOT = "03_one_shot.cu"
+# the flag's acquire load in tasks 02 and 03, which their first variants make a plain load
+ACQUIRE_LOAD = 'asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");'
+PLAIN_LOAD = "v = *p;  // the peer's release store is enough"
 # the solution's launch body, which most of task 04's variants rewrite
 COPY = "            out.copy_(x)  # a cudaMemcpyAsync into the planned slot; x keeps its value\n"
 COPY_THEN_REDUCE = (
@@ -292,16 +299,231 @@ VARIANTS: dict[str, Variant] = {
         "cannot capture it, and the executor's capture fails",
         mistake="waits on the host",
     ),
+    "02_ring.flag_plain_load": Variant(
+        RING,
+        [(ACQUIRE_LOAD, PLAIN_LOAD)],
+        {"wrong", "timeout"},
+        "test_",
+        "the flag read with a plain load: nothing tells the compiler or the L1 cache that another GPU writes it, so "
+        "the wait loop keeps an old value (and waits forever) or is dropped (and reads the peer's data too early)",
+        mistake="flag without acquire",
+    ),
+    "02_ring.epoch_not_stored": Variant(
+        RING,
+        [("    if (threadIdx.x == 0) epochs[blockIdx.x] = epoch;\n}\n// TODO(lab6/02) end", "}\n// TODO(lab6/02) end")],
+        {"wrong"},
+        "test_late_rank",
+        "the block's epoch never written back: every call counts its barriers from 0 again, and the flags left by "
+        "the previous call already say every peer has arrived",
+        mistake="epoch not advanced",
+    ),
+    "02_ring.tail_dropped": Variant(
+        RING,
+        [
+            (
+                "    for (size_t i = 4 * quads + tid; i < len; i += stride) {\n"
+                "        const float v = __ldcg(left + start + i);\n"
+                "        own[start + i] = REDUCE ? own[start + i] + v : v;\n"
+                "    }\n",
+                "",
+            )
+        ],
+        {"wrong"},
+        "test_sizes",
+        "the floats after a chunk's last whole float4 never reduced nor gathered (n = 5: chunk 1 is one float)",
+        mistake="tail",
+    ),
+    "02_ring.chunk_rounded_down": Variant(
+        RING,
+        [
+            (
+                "    const size_t chunk = ((n + c->world - 1) / c->world + 3) / 4 * 4;",
+                "    const size_t chunk = (n / c->world + 3) / 4 * 4;  // n / world, to a multiple of 4",
+            )
+        ],
+        {"wrong"},
+        "test_sizes",
+        "the chunk is n / world rounded down before it is rounded up to 4 floats: at n = 1 it is 0 (every chunk "
+        "empty, nothing summed) and at n = 9 the last float is in no chunk",
+        mistake="n < world",
+    ),
+    "02_ring.chunk_not_multiple_of_4": Variant(
+        RING,
+        [
+            (
+                "    const size_t chunk = ((n + c->world - 1) / c->world + 3) / 4 * 4;",
+                "    const size_t chunk = (n + c->world - 1) / c->world;  // n / world, rounded up",
+            )
+        ],
+        {"wrong", "crash"},
+        "test_sizes",
+        "chunks of n / world floats: at n = 1001 the second chunk starts at float 501, off the 16-byte grid, and "
+        "its float4 accesses are misaligned",
+        mistake="vector alignment",
+    ),
+    "02_ring.no_all_gather": Variant(
+        RING,
+        [
+            (
+                "    for (int s = 0; s < world - 1; ++s) {  // all-gather\n"
+                "        const int c = ((rank - s) % world + world) % world;\n"
+                "        const size_t start = c * chunk < n ? c * chunk : n, end = start + chunk < n ? start + chunk : n;\n"  # noqa: E501
+                "        ring_step<false>(own, left, start, end);\n"
+                "        block_barrier(peers, rank, world, ++epoch);  // the last: no peer reads this buffer any more\n"
+                "    }\n",
+                "",
+            )
+        ],
+        {"wrong"},
+        "test_sizes",
+        "the reduce-scatter alone: each rank holds one chunk of the sum and its own partial sums elsewhere",
+        mistake="no all-gather",
+    ),
+    "02_ring.gathered_on_rank_0_only": Variant(
+        RING,
+        [
+            (
+                "        ring_step<false>(own, left, start, end);\n",
+                "        if (rank == 0) ring_step<false>(own, left, start, end);  // the root collects the result\n",
+            )
+        ],
+        {"wrong"},
+        "rank 1",
+        "the all-gather made on rank 0 alone, as a reduce to a root would: rank 1 keeps one summed chunk",
+        mistake="result on rank 0 only",
+    ),
+    "02_ring.legacy_stream": Variant(
+        RING,
+        [
+            (
+                "    ring_kernel<<<blocks, THREADS, 0, stream>>>(",
+                "    ring_kernel<<<blocks, THREADS>>>(",
+            )
+        ],
+        {"wrong"},
+        "test_stream",
+        "the kernel launched on the legacy default stream, not the caller's: it runs before the input's copy "
+        "queued on the caller's stream, and inside a graph's capture the launch fails",
+        mistake="wrong stream",
+    ),
+    "02_ring.no_entry_barrier": Variant(
+        RING,
+        [("    block_barrier(peers, rank, world, ++epoch);  // every rank's input is in its buffer\n", "")],
+        {"wrong"},
+        "test_late_rank",
+        "no barrier before the first step: a rank reads its left neighbour's chunk before that neighbour has "
+        "written its input (a late rank's buffer still holds the previous sum)",
+        mistake="no entry barrier",
+    ),
+    "03_one_shot.flag_plain_load": Variant(
+        ONE_SHOT,
+        [(ACQUIRE_LOAD, PLAIN_LOAD)],
+        {"wrong", "timeout"},
+        "test_",
+        "the flag read with a plain load: the wait loop keeps an old value (and waits forever) or is dropped (and "
+        "reads the peers' buffers too early)",
+        mistake="flag without acquire",
+    ),
+    "03_one_shot.epoch_not_stored": Variant(
+        ONE_SHOT,
+        [("    if (threadIdx.x == 0) epochs[blockIdx.x] = epoch;\n}\n// TODO(lab6/03) end", "}\n// TODO(lab6/03) end")],
+        {"wrong"},
+        "test_late_rank",
+        "the block's epoch never written back: the flags of the previous call already say every peer has arrived",
+        mistake="epoch not advanced",
+    ),
+    "03_one_shot.tail_dropped": Variant(
+        ONE_SHOT,
+        [
+            (
+                "            *reinterpret_cast<float4*>(own + i) = sum;\n"
+                "        } else if (i < n) {\n"
+                "            const float* s = &sum.x;\n"
+                "            for (size_t k = i; k < n; ++k) own[k] = s[k - i];\n"
+                "        }\n",
+                "            *reinterpret_cast<float4*>(own + i) = sum;\n        }\n",
+            )
+        ],
+        {"wrong"},
+        "test_sizes",
+        "the sums of the floats after the last whole float4 computed but never written (n = 1, 2, 3, 5, ...)",
+        mistake="tail",
+    ),
+    "03_one_shot.last_float4_whole": Variant(
+        ONE_SHOT,
+        [
+            (
+                "        if (i + 4 <= n) {\n            *reinterpret_cast<float4*>(own + i) = sum;\n",
+                "        if (i < n) {  // the buffer is padded: a whole float4 fits\n"
+                "            *reinterpret_cast<float4*>(own + i) = sum;\n",
+            )
+        ],
+        {"wrong"},
+        "past n",
+        "the last float4 written whole where fewer than 4 floats are left: the floats past n become 0",
+        mistake="writes past n",
+    ),
+    "03_one_shot.own_input_left_out": Variant(
+        ONE_SHOT,
+        [
+            (
+                "            for (int p = 0; p < world; ++p) {  // rank order: every rank adds the same numbers the same way\n",  # noqa: E501
+                "            for (int p = 0; p < world; ++p) {  // rank order: every rank adds the same numbers the same way\n"  # noqa: E501
+                "                if (p == rank) continue;  // the peers' inputs, added to this one's\n",
+            )
+        ],
+        {"wrong"},
+        "test_sizes",
+        "only the peers' buffers added, overwriting this rank's input instead of adding to it",
+        mistake="own input left out",
+    ),
+    "03_one_shot.written_on_rank_0_only": Variant(
+        ONE_SHOT,
+        [
+            (
+                "        if (i + 4 <= n) {\n            *reinterpret_cast<float4*>(own + i) = sum;\n",
+                "        if (rank == 0 && i + 4 <= n) {  // the root keeps the result\n"
+                "            *reinterpret_cast<float4*>(own + i) = sum;\n",
+            )
+        ],
+        {"wrong"},
+        "rank 1",
+        "the sum written on rank 0 alone, as a reduce to a root would: rank 1 keeps its input",
+        mistake="result on rank 0 only",
+    ),
+    "03_one_shot.legacy_stream": Variant(
+        ONE_SHOT,
+        [
+            (
+                "    one_shot_kernel<<<blocks, THREADS, 0, stream>>>(",
+                "    one_shot_kernel<<<blocks, THREADS>>>(",
+            )
+        ],
+        {"wrong"},
+        "test_stream",
+        "the kernel launched on the legacy default stream, not the caller's: it runs before the input's copy "
+        "queued on the caller's stream, and inside a graph's capture the launch fails",
+        mistake="wrong stream",
+    ),
+    "03_one_shot.no_entry_barrier": Variant(
+        ONE_SHOT,
+        [("    block_barrier(peers, rank, world, ++epoch);  // every rank's input is in its buffer\n", "")],
+        {"wrong"},
+        "test_late_rank",
+        "no barrier before the reads: a rank adds its peers' buffers before they have written their inputs (a late "
+        "rank's buffer still holds the previous sum)",
+        mistake="no entry barrier",
+    ),
 }
 
 PEER_VARIANTS = [name for name in VARIANTS if name.startswith("01_")]
 TP_VARIANTS = [name for name in VARIANTS if name.startswith("05_")]
 NCCL_VARIANTS = [name for name in VARIANTS if name.startswith("04_")]
-# one variant of each task per grading run: task 01's beside task 04's and task 05's while they last
-BATCHES = [
-    PEER_VARIANTS[i : i + 1] + NCCL_VARIANTS[i : i + 1] + TP_VARIANTS[i : i + 1]
-    for i in range(max(len(PEER_VARIANTS), len(NCCL_VARIANTS), len(TP_VARIANTS)))
-]
+RING_VARIANTS = [name for name in VARIANTS if name.startswith("02_")]
+ONE_SHOT_VARIANTS = [name for name in VARIANTS if name.startswith("03_")]
+# one variant of each task per grading run: each task's next beside the others' while they last
+_PER_TASK = [PEER_VARIANTS, RING_VARIANTS, ONE_SHOT_VARIANTS, NCCL_VARIANTS, TP_VARIANTS]
+BATCHES = [[name for names in _PER_TASK for name in names[i : i + 1]] for i in range(max(len(n) for n in _PER_TASK))]
 SANITIZED: list[str] = []
 AT_BUILD: list[str] = ["01_peer.copy_engine"]
 HUGE: list[str] = []

@@ -1,0 +1,408 @@
+"""The all-reduces of tasks 02 and 03 from Python: their libraries over ctypes, on one rank each (given code).
+
+    comm = Communicator(lib_path, "ring", capacity=1 << 20, rank=rank, world=world)
+    x = comm.tensor(n)             # (n,) float32 view of this rank's shared buffer
+    x.copy_(my_values)             # on the current stream
+    comm.all_reduce(n)             # in place, on the current stream (or stream=...)
+    comm.close()                   # every rank: after its last call
+
+Tasks 02 (02_ring.cu, prefix "ring") and 03 (03_one_shot.cu, prefix "one_shot") export the same C
+functions under their own prefix: alloc, buffer, export, open, all_reduce, close, free. A
+Communicator calls them in a rank that kiln_tp.launch(world, ..., device="cuda") started (rank r on
+GPU r, one process group): it allocates the rank's buffer, exports its CUDA IPC handle, gathers
+every rank's handle through the process group (64 bytes each, over gloo) and opens them. Its
+buffer is a torch tensor of the library's memory (through `__cuda_array_interface__`: torch does
+not own it; keep the Communicator while the tensor is used).
+
+`check_all_reduce` is what the graders of tasks 02 and 03 (lab6/tests/test_02_ring.py and
+test_03_one_shot.py) run on every rank: the scenarios below, each rank checking its own result
+exactly, the findings of every rank gathered to rank 0. `time_all_reduce` is bench_allreduce.py's.
+
+Every input is a whole number from -8 to 8 (`rank_input`), so every sum over up to 8 ranks is exact
+in float32, in any order: a check compares with ==. Each call gets new values (its call number is
+in them), so a result left over from an earlier call, or a rank's own input passed through, is wrong.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+HANDLE_BYTES = 64  # sizeof(cudaIpcMemHandle_t)
+PREFIXES = ("ring", "one_shot")
+SENTINEL = 4096.0  # what the elements past n hold before a call, and must hold after it
+PAD = 64  # elements past n checked against SENTINEL
+LATE_S = 0.5  # how long the late rank sleeps before its call
+# n of the `sizes` scenario: 1 (fewer elements than ranks), below and past a float4, a chunk's
+# tails (n not a multiple of the world, of a chunk, of 4), and several rounds of a grid
+SIZES = (1, 2, 3, 4, 5, 7, 8, 9, 1000, 1001, 4099, 65536 + 3, (1 << 20) + 5, 1 << 22)
+CAPACITY = (1 << 22) + PAD
+# the scenarios, in the order every rank runs them; each name is a test of the task's grader
+SCENARIOS = ("sizes", "repeated", "back_to_back", "late", "stream", "graph")
+
+
+class AllReduceError(RuntimeError):
+    """A call of the library returned a CUDA error: its name and the call."""
+
+
+class _CudaArray:
+    """A device pointer torch can view as a tensor (`torch.as_tensor`), without owning it."""
+
+    def __init__(self, ptr: int, n: int) -> None:
+        self.__cuda_array_interface__ = {
+            "shape": (n,),
+            "typestr": "<f4",
+            "data": (ptr, False),
+            "version": 3,
+            "strides": None,
+            "stream": None,  # nothing to wait for: the caller orders its own work
+        }
+
+
+def load_library(path: str | Path, prefix: str) -> ctypes.CDLL:
+    """The library of task 02 or 03 with the argument types of its seven functions."""
+    if prefix not in PREFIXES:
+        raise ValueError(f"prefix must be one of {PREFIXES}, got {prefix!r}")
+    lib = ctypes.CDLL(str(path))
+    vp, size, i32 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
+    signatures: dict[str, list[Any]] = {
+        "alloc": [size, ctypes.POINTER(vp)],
+        "buffer": [vp, ctypes.POINTER(vp)],
+        "export": [vp, ctypes.c_char_p],
+        "open": [vp, ctypes.c_char_p, i32, i32],
+        "all_reduce": [vp, size, vp],
+        "close": [vp],
+        "free": [vp],
+    }
+    for name, args in signatures.items():
+        fn = getattr(lib, f"{prefix}_{name}")
+        fn.argtypes, fn.restype = args, ctypes.c_int
+    return lib
+
+
+class Communicator:
+    """One rank's side of a task 02 or 03 all-reduce: its shared buffer of `capacity` floats, every
+    other rank's mapped. Made on every rank of the default process group at once (the handles are
+    gathered through it), on the rank's current device."""
+
+    def __init__(self, lib_path: str | Path, prefix: str, capacity: int, rank: int, world: int) -> None:
+        self.lib = load_library(lib_path, prefix)
+        self.prefix, self.capacity, self.rank, self.world = prefix, capacity, rank, world
+        self._comm = ctypes.c_void_p()
+        self._call("alloc", ctypes.c_size_t(capacity), ctypes.byref(self._comm))
+        ptr = ctypes.c_void_p()
+        self._call("buffer", self._comm, ctypes.byref(ptr))
+        if not ptr.value:
+            raise AllReduceError(f"{prefix}_buffer returned a null pointer")
+        # (capacity,) float32: the library's memory, viewed, not owned
+        self.buffer = torch.as_tensor(_CudaArray(ptr.value, capacity), device=f"cuda:{torch.cuda.current_device()}")
+        handle = ctypes.create_string_buffer(HANDLE_BYTES)
+        self._call("export", self._comm, handle)
+        mine = torch.frombuffer(bytearray(handle.raw), dtype=torch.uint8)
+        gathered = [torch.empty(HANDLE_BYTES, dtype=torch.uint8) for _ in range(world)]
+        if world > 1:
+            dist.all_gather(gathered, mine)  # CPU tensors: gloo
+        else:
+            gathered = [mine]
+        handles = b"".join(bytes(t.tolist()) for t in gathered)  # rank by rank
+        self._call("open", self._comm, handles, rank, world)
+        self._open = True
+
+    def _call(self, name: str, *args: Any) -> None:
+        err = getattr(self.lib, f"{self.prefix}_{name}")(*args)
+        if err != 0:
+            raise AllReduceError(f"{self.prefix}_{name} returned {_error_name(self.lib, err)} on rank {self.rank}")
+
+    def tensor(self, n: int) -> torch.Tensor:
+        """(n,) float32: the first n elements of this rank's shared buffer (its input and its sum)."""
+        return self.buffer[:n]
+
+    def all_reduce(self, n: int, stream: torch.cuda.Stream | None = None) -> None:
+        """The sum over the ranks of the buffers' first n elements, in place, queued on `stream`
+        (the current stream if None). Every rank calls it with the same n, in the same order."""
+        s = torch.cuda.current_stream() if stream is None else stream
+        self._call("all_reduce", self._comm, ctypes.c_size_t(n), ctypes.c_void_p(s.cuda_stream))
+
+    def close(self) -> None:
+        """Unmaps the peers and frees this rank's buffer, once every rank has finished with it."""
+        if not self._open:
+            return
+        self._open = False
+        torch.cuda.synchronize()
+        if self.world > 1:
+            dist.barrier()  # no rank frees its buffer while a peer's kernel may read it
+        self._call("close", self._comm)
+        if self.world > 1:
+            dist.barrier()  # every peer has unmapped it
+        self._call("free", self._comm)
+
+
+def _error_name(lib: ctypes.CDLL, code: int) -> str:
+    try:
+        name = lib.course_error_name
+        name.argtypes, name.restype = [ctypes.c_int], ctypes.c_char_p
+        return f"{name(code).decode()} ({code})"
+    except (AttributeError, UnicodeDecodeError):
+        return f"CUDA error {code}"
+
+
+# --- the checks -----------------------------------------------------------------------------------
+
+
+def rank_input(rank: int, call: int, n: int, device: str | torch.device = "cuda") -> torch.Tensor:
+    """(n,) float32 of whole numbers from -8 to 8: rank `rank`'s input to call number `call`."""
+    i = torch.arange(n, device=device, dtype=torch.int64)
+    return ((i * 7 + rank * 13 + call * 5) % 17 - 8).to(torch.float32)
+
+
+def expected_sum(world: int, call: int, n: int, device: str | torch.device = "cuda") -> torch.Tensor:
+    """(n,) float32: the sum over the ranks of their rank_input, exact."""
+    total = torch.zeros(n, device=device, dtype=torch.float32)
+    for r in range(world):
+        total += rank_input(r, call, n, device)
+    return total
+
+
+def describe(got: torch.Tensor, want: torch.Tensor, what: str) -> str:
+    """ "" when got == want exactly, else where and how they differ, for a test's message."""
+    if got.shape != want.shape:
+        return f"{what}: shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+    bad = (got != want).nonzero().flatten()
+    if not len(bad):
+        return ""
+    i = int(bad[0])
+    return (
+        f"{what}: wrong at {len(bad)} of {want.numel()} elements; first at [{i}]: {got[i].item():g}, "
+        f"expected {want[i].item():g}"
+    )
+
+
+class _Scenario:
+    """The calls of one rank, numbered alike on every rank (so that every rank's inputs to one call
+    are of the same call number), and what it found wrong."""
+
+    def __init__(self, comm: Communicator) -> None:
+        self.comm = comm
+        self.calls = 0
+        self.errors: list[str] = []
+
+    def next_call(self) -> int:
+        self.calls += 1
+        return self.calls
+
+    def prepare(self, n: int, call: int) -> None:
+        """This rank's input for `call` in the buffer, the sentinel after it (current stream)."""
+        buf = self.comm.buffer
+        buf[n : n + PAD].fill_(SENTINEL)
+        buf[:n].copy_(rank_input(self.comm.rank, call, n))
+
+    def check(self, got: torch.Tensor, n: int, call: int, what: str) -> None:
+        message = describe(got, expected_sum(self.comm.world, call, n), f"{what} (n={n})")
+        if message:
+            self.errors.append(message)
+
+    def check_tail(self, n: int, what: str) -> None:
+        after = self.comm.buffer[n : n + PAD]
+        message = describe(after, torch.full_like(after, SENTINEL), f"{what} (n={n}): the elements past n")
+        if message:
+            self.errors.append(message + " (they must be left alone)")
+
+
+def _sizes(s: _Scenario) -> None:
+    for n in SIZES:
+        call = s.next_call()
+        s.prepare(n, call)
+        s.comm.all_reduce(n)
+        torch.cuda.synchronize()
+        s.check(s.comm.tensor(n), n, call, "one call")
+        s.check_tail(n, "one call")
+
+
+def _repeated(s: _Scenario) -> None:
+    n = 4099
+    for k in range(4):
+        call = s.next_call()
+        s.prepare(n, call)
+        s.comm.all_reduce(n)
+        torch.cuda.synchronize()
+        s.check(s.comm.tensor(n), n, call, f"call {k + 1} of 4 on new inputs")
+
+
+def _back_to_back(s: _Scenario) -> None:
+    """Three calls queued on one stream with no wait on the host between them: each next input is
+    written into the buffer after the previous sum was copied out, in stream order."""
+    n = (1 << 20) + 5
+    calls = [s.next_call() for _ in range(3)]
+    inputs = [rank_input(s.comm.rank, c, n) for c in calls]
+    outs = []
+    for x in inputs:
+        s.comm.tensor(n).copy_(x)
+        s.comm.all_reduce(n)
+        outs.append(s.comm.tensor(n).clone())
+    torch.cuda.synchronize()
+    for k, (c, out) in enumerate(zip(calls, outs, strict=True)):
+        s.check(out, n, c, f"back-to-back call {k + 1} of 3")
+
+
+def _late(s: _Scenario) -> None:
+    """The last rank sleeps LATE_S seconds on the host before it writes its input and calls: the
+    others' calls must wait for it, not read what its buffer held before."""
+    for n in (1000, (1 << 20) + 3):
+        call = s.next_call()
+        if s.comm.rank == s.comm.world - 1:
+            torch.cuda.synchronize()
+            time.sleep(LATE_S)
+        s.prepare(n, call)
+        s.comm.all_reduce(n)
+        torch.cuda.synchronize()
+        s.check(s.comm.tensor(n), n, call, f"rank {s.comm.world - 1} {LATE_S:g} s late")
+
+
+def _stream(s: _Scenario) -> None:
+    """The call on a stream of torch's (not the legacy default stream), behind a kernel that keeps
+    the stream busy for tens of milliseconds, then the input's copy: the all-reduce must run after
+    them, on that stream."""
+    n = (1 << 18) + 1
+    call = s.next_call()
+    x = rank_input(s.comm.rank, call, n)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)  # cycles: tens of milliseconds
+        s.comm.buffer[n : n + PAD].fill_(SENTINEL)
+        s.comm.tensor(n).copy_(x)
+        s.comm.all_reduce(n, stream=side)
+        out = s.comm.tensor(n).clone()
+    side.synchronize()
+    torch.cuda.synchronize()
+    s.check(out, n, call, "on a non-default stream")
+
+
+def _graph(s: _Scenario) -> None:
+    """The input's copy, the call and the sum's copy captured in one CUDA graph, replayed three times
+    on new inputs: the epochs live on the device, so each replay synchronizes anew."""
+    n = 8191
+    static_in = torch.zeros(n, device="cuda")
+    static_out = torch.zeros(n, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        s.comm.tensor(n).copy_(static_in)
+        s.comm.all_reduce(n)  # on the capture's stream: torch makes it current
+        static_out.copy_(s.comm.tensor(n))
+    for k in range(3):
+        call = s.next_call()
+        static_in.copy_(rank_input(s.comm.rank, call, n))
+        graph.replay()
+        torch.cuda.synchronize()
+        s.check(static_out, n, call, f"CUDA graph replay {k + 1} of 3")
+
+
+RUNS: dict[str, Callable[[_Scenario], None]] = {
+    "sizes": _sizes,
+    "repeated": _repeated,
+    "back_to_back": _back_to_back,
+    "late": _late,
+    "stream": _stream,
+    "graph": _graph,
+}
+
+
+def check_all_reduce(rank: int, world: int, lib_path: str, prefix: str) -> dict[str, list[list[str]]]:
+    """Run by kiln_tp.launch on every rank: every scenario in order on one Communicator. Returns
+    (on rank 0: launch's result) {scenario: [what rank 0 found wrong, rank 1's, ...]}. A scenario
+    that raises ends the run (the ranks' calls no longer pair up): it and the ones after say why."""
+    found: dict[str, list[str]] = {name: [] for name in SCENARIOS}
+    try:
+        comm = Communicator(lib_path, prefix, CAPACITY, rank, world)
+    except Exception as e:  # the skeleton's cudaErrorNotYetImplemented, a failed IPC open
+        comm = None
+        for name in SCENARIOS:
+            found[name].append(f"setting up the communicator failed: {e}")
+    if comm is not None:
+        s = _Scenario(comm)
+        failed = ""
+        for name in SCENARIOS:
+            if failed:
+                found[name].append(f"not run: scenario {failed!r} raised first")
+                continue
+            s.errors = []
+            try:
+                RUNS[name](s)
+            except Exception as e:
+                failed = name
+                s.errors.append(f"raised {type(e).__name__}: {e} ({_where(e)})")
+            found[name] = s.errors
+        if not failed:
+            comm.close()
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, found)
+    return {name: [g[name] for g in gathered] for name in SCENARIOS}
+
+
+def _where(e: BaseException) -> str:
+    frames = traceback.extract_tb(e.__traceback__)
+    return f"{Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else "?"
+
+
+# --- timing (bench_allreduce.py) ------------------------------------------------------------------
+
+
+def time_all_reduce(
+    rank: int, world: int, libs: dict[str, str], sizes: list[int], iters: int, reps: int
+) -> dict[str, dict[int, float]]:
+    """Run by kiln_tp.launch on every rank: microseconds per all-reduce of each size in bytes
+    (float32), for each library ({prefix: path}) and for NCCL (torch.distributed.all_reduce). Each
+    is timed as the decode step runs it: `iters` calls captured in one CUDA graph (no host in
+    between), the graph replayed once untimed, then `reps` times between CUDA events on rank 0; the
+    median replay over `iters`. The ranks line up before each size. A library that cannot set up
+    (the skeleton) is left out."""
+    out: dict[str, dict[int, float]] = {}
+    capacity = max(sizes) // 4
+    for prefix, path in libs.items():
+        try:
+            comm = Communicator(path, prefix, capacity, rank, world)
+        except AllReduceError:
+            continue
+        out[prefix] = {}
+        for size in sizes:
+            n = size // 4
+            comm.tensor(n).copy_(rank_input(rank, 0, n))
+            out[prefix][size] = _time(functools.partial(comm.all_reduce, n), iters, reps)
+        comm.close()
+    out["nccl"] = {}
+    for size in sizes:
+        t = torch.ones(size // 4, device="cuda")
+        out["nccl"][size] = _time(functools.partial(dist.all_reduce, t), iters, reps)
+    return out
+
+
+def _time(call: Callable[[], None], iters: int, reps: int) -> float:
+    """Microseconds per call: the median of `reps` replays of a graph of `iters` calls."""
+    call()  # outside any capture: NCCL's and the library's first-call set-up
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(iters):
+            call()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        dist.barrier()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0 / iters)
+    del graph
+    return sorted(times)[len(times) // 2]

@@ -1,0 +1,230 @@
+"""Lab 6's tasks 02 and 03 (the ring and one-shot all-reduces over CUDA IPC memory), where no GPU is needed.
+
+Their graders (lab6/tests/test_02_ring.py, test_03_one_shot.py) run on 2 GPUs only. What can be
+checked without one:
+
+- the specs: Python tasks whose source is a .cu file the grader builds (builds_library), on 2
+  GPUs, every scenario of kiln_tp/ipc.py checked by one point test, every mistake class named;
+- the files: each skeleton is its solution's, with TODO(lab6/NN) regions, and returns
+  cudaErrorNotYetImplemented where the work goes; the solution flags with release/acquire at
+  system scope;
+- the builds: skeleton and solution compile with the course's nvcc flags and export the task's
+  seven C functions (loading a library needs no GPU: nothing runs at load);
+- kiln_tp/ipc.py: the inputs are whole numbers whose sums are exact and new at every call, a
+  mismatch is described, and a library whose first call fails is reported by name;
+- bench_allreduce.py: sizes, bus bandwidth (the 2(W - 1)/W factor), the table and the goals, from
+  made-up timings; and the README's block is still the placeholder until a GPU run writes it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader import paths, toolchain
+from grader.tasks.catalogue import load_task
+from grader.tasks.python import PythonTask
+from grader.tasks.regions import find_regions, make_skeleton
+
+torch = pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[1]
+LAB6 = ROOT / "lab6"
+if str(LAB6) not in sys.path:
+    sys.path.insert(0, str(LAB6))
+
+TASKS = {"02": ("02_ring.cu", "ring"), "03": ("03_one_shot.cu", "one_shot")}
+FUNCTIONS = ("alloc", "buffer", "export", "open", "all_reduce", "close", "free")
+has_solutions = (LAB6 / "solutions" / "02_ring.cu").exists()
+needs_solutions = pytest.mark.skipif(not has_solutions, reason="no reference solutions here (a student release)")
+
+
+def spec(number: str) -> PythonTask:
+    stem = {"02": "test_02_ring.py", "03": "test_03_one_shot.py"}[number]
+    task = load_task(LAB6 / "tests" / stem)
+    assert isinstance(task, PythonTask)
+    return task
+
+
+def ipc():
+    from kiln_tp import ipc as module
+
+    return module
+
+
+@pytest.mark.parametrize("number", sorted(TASKS))
+def test_spec_is_a_two_gpu_python_task_with_a_library(number):
+    task = spec(number)
+    source, _ = TASKS[number]
+    assert list(task.sources) == [source] and task.builds_library and task.library_sources == [source]
+    assert task.gpu and task.gpus == 2 and task.timeout and task.timeout >= 300
+    assert "kiln_tp" in task.packages and task.mistakes
+
+
+@pytest.mark.parametrize("number", sorted(TASKS))
+def test_every_scenario_has_a_point_test(number):
+    """Each scenario check_all_reduce runs is one point test of the spec, and each point test reads one."""
+    text = (LAB6 / "tests" / Path(spec(number).spec_file).name).read_text()
+    checked = re.findall(r'check\(found, "(\w+)"\)', text)
+    assert sorted(checked) == sorted(ipc().SCENARIOS)
+    assert len(re.findall(r"@pytest\.mark\.points\(\d+\)", text)) == len(ipc().SCENARIOS)
+
+
+@needs_solutions
+@pytest.mark.parametrize("number", sorted(TASKS))
+def test_skeleton_is_the_solutions_with_tagged_todos(number):
+    source, prefix = TASKS[number]
+    sol, student = paths.solution_source(LAB6, source), LAB6 / source
+    assert student.read_text() == make_skeleton(sol.read_text(), paths.rel(sol))
+    regions = find_regions(student.read_text(), source)
+    assert regions and {r.tag for r in regions} == {f"lab6/{number}"}
+    skeleton = student.read_text()
+    assert f"COURSE_API cudaError_t {prefix}_all_reduce(" in skeleton
+    assert "return cudaErrorNotYetImplemented;" in skeleton
+    assert "Test:      make test-lab6 TASK=" + number in skeleton
+    solution = sol.read_text()
+    assert "st.release.sys" in solution and "ld.acquire.sys" in solution  # the flags' two sides
+    assert "CUDA_CHECK(" in solution and '#include "course.h"' in solution
+
+
+@pytest.mark.parametrize("number", sorted(TASKS))
+@pytest.mark.parametrize("which", ["student", "solution"])
+def test_library_builds_and_exports_the_seven_functions(number, which):
+    try:
+        toolchain.find_nvcc()
+    except toolchain.ToolchainError as e:
+        pytest.skip(str(e))
+    from grader.build import shared_library
+
+    source, prefix = TASKS[number]
+    path = LAB6 / source if which == "student" else paths.solution_source(LAB6, source)
+    if not path.exists():
+        pytest.skip("no reference solutions here (a student release)")
+    lib = shared_library(source, [path], group="lab6", stem=f"{path.stem}.{which}-check")
+    loaded = ctypes.CDLL(str(lib))  # loading runs nothing on a GPU
+    missing = [f"{prefix}_{f}" for f in FUNCTIONS if not hasattr(loaded, f"{prefix}_{f}")]
+    assert not missing, f"{path.name} does not export {missing}"
+
+
+@needs_solutions
+@pytest.mark.skipif(toolchain.has_gpu(), reason="a machine with a GPU allocates: this checks the error path")
+def test_a_failing_call_is_reported_by_name():
+    try:
+        toolchain.find_nvcc()
+    except toolchain.ToolchainError as e:
+        pytest.skip(str(e))
+    from grader.build import shared_library
+
+    path = paths.solution_source(LAB6, "02_ring.cu")
+    lib = shared_library("02_ring.cu", [path], group="lab6", stem=f"{path.stem}.sol-check")
+    with pytest.raises(ipc().AllReduceError, match=r"ring_alloc returned cuda\w+ \(\d+\) on rank 0"):
+        ipc().Communicator(lib, "ring", 16, 0, 1)
+
+
+def test_load_library_refuses_an_unknown_prefix(tmp_path):
+    with pytest.raises(ValueError, match="prefix"):
+        ipc().load_library(tmp_path / "x.so", "tree")
+
+
+def test_inputs_are_whole_numbers_with_exact_new_sums():
+    m = ipc()
+    n = 4099
+    for world in (2, 4, 8):
+        for call in (1, 2, 3):
+            xs = [m.rank_input(r, call, n, "cpu") for r in range(world)]
+            for x in xs:
+                assert x.dtype == torch.float32 and (x == x.round()).all() and x.abs().max() <= 8
+            want = m.expected_sum(world, call, n, "cpu")
+            assert torch.equal(want, sum(x.double() for x in xs).float())
+            assert (want != xs[0]).float().mean() > 0.5  # a rank's own input passed through is wrong
+            before = m.expected_sum(world, call - 1, n, "cpu")
+            assert (want != before).float().mean() > 0.5  # a sum left from the call before is wrong
+    assert (m.expected_sum(2, 1, n, "cpu") != 0).float().mean() > 0.5  # zeros are wrong
+
+
+def test_describe_names_the_first_mismatch():
+    m = ipc()
+    want = torch.arange(6, dtype=torch.float32)
+    got = want.clone()
+    assert m.describe(got, want, "x") == ""
+    got[3] = -1
+    assert m.describe(got, want, "x") == "x: wrong at 1 of 6 elements; first at [3]: -1, expected 3"
+    assert "shape" in m.describe(got[:2], want, "x")
+
+
+def test_sizes_cover_the_edges():
+    m = ipc()
+    assert min(m.SIZES) == 1 and max(m.SIZES) + m.PAD <= m.CAPACITY
+    assert any(n % 4 for n in m.SIZES if n > 4) and any(n % 2 for n in m.SIZES if n > 4)
+    assert max(m.SIZES) >= 1 << 22  # many steps of a grid
+
+
+# --- bench_allreduce.py -------------------------------------------------------------------------------
+
+
+def bench():
+    if str(LAB6) not in sys.path:
+        sys.path.insert(0, str(LAB6))
+    import bench_allreduce
+
+    return bench_allreduce
+
+
+def test_bench_sizes_and_bus_bandwidth():
+    b = bench()
+    assert b.parse_size("8K") == 8192 and b.parse_size("256M") == 256 << 20 and b.parse_size("12") == 12
+    for bad in ("3", "1.5M", "x"):
+        with pytest.raises(Exception, match="size"):
+            b.parse_size(bad)
+    assert b.size_label(8192) == "8 KB" and b.size_label(256 << 20) == "256 MB"
+    # W = 2: the factor 2(W - 1)/W is 1; W = 4: 1.5; 1 GB in 10 ms is 107.4 GB/s of algorithm bandwidth
+    assert b.bus_bandwidth(1 << 30, 10_000.0, 2) == pytest.approx((1 << 30) / 1e-2 / 1e9)
+    assert b.bus_bandwidth(1 << 30, 10_000.0, 4) == pytest.approx(1.5 * (1 << 30) / 1e-2 / 1e9)
+    with pytest.raises(SystemExit):
+        b.parse_args(["--world", "1"])
+
+
+def made_up(world: int = 2, ring_256m: float = 1000.0, one_shot_64k: float = 10.0) -> dict:
+    k64, m256 = str(64 << 10), str(256 << 20)
+    return {
+        "device": "Made-up GPU",
+        "driver": "0",
+        "nvcc": "13.0",
+        "torch": "2.0.0+cu",
+        "nccl": "2.0.0",
+        "date": "2000-01-01",
+        "world": world,
+        "iters": 20,
+        "reps": 10,
+        "times_us": {
+            "ring": {k64: 30.0, m256: ring_256m},
+            "one_shot": {k64: one_shot_64k, m256: 5000.0},
+            "nccl": {k64: 12.0, m256: 900.0},
+        },
+        "left_out": {},
+    }
+
+
+def test_bench_table_and_goals_from_made_up_timings():
+    b = bench()
+    text = b.table(made_up())
+    assert "| 64 KB | 30.0 µs |" in text and "| 256 MB | 1000.0 µs |" in text
+    assert "ring (02) time" in text and "NCCL bus bw" in text
+    assert "ring bus bandwidth over NCCL's at 256 MB, 2 GPUs, >= 0.8x: 0.90x, met" in text
+    assert "one-shot speed over NCCL's at 64 KB, 2 GPUs, >= 1x: 1.20x, met" in text
+    missed = b.table(made_up(ring_256m=2000.0, one_shot_64k=24.0))
+    assert "0.45x, **missed**" in missed and "0.50x, **missed**" in missed
+    assert "not measured in this run" in b.table(made_up(world=4))
+
+
+def test_readme_block_is_a_placeholder_until_measured():
+    b = bench()
+    text = b.README.read_text()
+    assert text.count(b.BEGIN) == 1 and text.count(b.END) == 1
+    block = text.split(b.BEGIN)[1].split(b.END)[0]
+    # the placeholder, or a table bench_allreduce.py wrote: never figures written by hand
+    assert "Not yet measured" in block or block.lstrip().startswith("Measured by `python lab6/bench_allreduce.py")
