@@ -374,10 +374,11 @@ TASK = CudaTask(
     checks=[large_logits, in_place, on_the_stream_argument],
     timeout=180,
     rules=[NO_LIBRARIES],
-    # A placeholder until a GPU has timed the reference (`make bench-lab7 SOLUTIONS=1`): the least
-    # traffic, a read of the logits and a write of dlogits, at 70% of a copy of those bytes. Not a
-    # gate, so `make verify` does not hold the reference to it yet.
-    perf=[PerfTarget(f"cross_entropy_{dt}", "share_of_copy", 0.7, 2, gate=False) for dt in DTYPES],
+    # Of a copy of the least traffic (a read of the logits, a write of dlogits). On an H200 the
+    # reference reached 71% (float32) and 70% (bf16) in make bench-lab7 SOLUTIONS=1: the second
+    # read of a row misses L2 when enough rows are in flight. 60% leaves the margin that run-to-run
+    # noise needs, and `make verify` holds the reference to it (a gate).
+    perf=[PerfTarget(f"cross_entropy_{dt}", "share_of_copy", 0.6, 2, gate=True) for dt in DTYPES],
 )
 
 
