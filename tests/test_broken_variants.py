@@ -18,6 +18,7 @@ from grader.instructor import broken
 from grader.records import TaskResult, Verdict
 from grader.tasks.python import PythonTask
 from grader.tasks.spec import CudaTask
+from tests.conftest import build_everything
 
 LABS = broken.labs()
 if not LABS:
@@ -109,6 +110,7 @@ def test_every_variant_applies_and_compiles(lab: str, stem: str) -> None:
     # tests/test_compile_all.py reports it: the GPU machine builds those variants when it grades them
     for unit, r in results.items():
         if r.verdict == Verdict.ENVIRONMENT and not r.ok:
+            assert not build_everything(), f"{unit.name} ({unit.stem}) not built (COURSE_BUILD_EVERYTHING=1): {r.error}"
             warnings.warn(f"{unit.name} ({unit.stem}) not built on this machine: {r.error}", stacklevel=1)
     failed = {
         f"{u.name} ({u.stem})": r.error for u, r in results.items() if not r.ok and r.verdict != Verdict.ENVIRONMENT

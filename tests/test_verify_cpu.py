@@ -10,6 +10,7 @@ import pytest
 
 from grader import paths
 from grader.instructor import broken, skeletons
+from tests.conftest import build_everything
 
 needs_solutions = pytest.mark.skipif(not skeletons.pairs(), reason="no reference solutions here (a student release)")
 
@@ -34,6 +35,7 @@ def test_verify_on_the_cpu_passes():
     out = verify("--no-variants", "--no-calibration", timeout=900)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "compiles, not started" in out.stdout
+    assert not (build_everything() and "not built" in out.stdout), out.stdout
 
 
 @needs_solutions

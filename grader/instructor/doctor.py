@@ -43,6 +43,7 @@ MIN_CC = (7, 0)
 MODULES: dict[str, tuple[str, ...]] = {
     "jupyter": ("jupyter_core", "notebook"),
     "pyyaml": ("yaml",),
+    "pytest-xdist": ("xdist",),
     "cuda-bindings": ("cuda.bindings",),
     "cuda-core": ("cuda.core",),
     "scikit-learn": ("sklearn",),

@@ -4,6 +4,7 @@ status follows the essentials (Python, torch, numpy, pytest, nvcc), and each ✗
 from __future__ import annotations
 
 import importlib.metadata as md
+import importlib.util
 import json
 import os
 import re
@@ -276,6 +277,20 @@ def test_probe_imports_in_a_child_and_reports_each_package():
     assert found["pytest"].status == "ok" and found["pytest"].version
     assert found["grader-surely-not-installed-pkg"].status == "missing"
     assert torch_state is not None  # a CPU torch answers too: cuda None, or the error
+
+
+def test_every_installed_requirement_is_found_by_its_import_name():
+    # a distribution whose module is named otherwise (pytest-xdist is `xdist`) must be in MODULES,
+    # or the table calls an installed package missing and the fix it prints changes nothing
+    wrong = []
+    for req in doctor.requirements() or []:
+        try:
+            md.version(req.name)
+        except md.PackageNotFoundError:
+            continue
+        if not all(importlib.util.find_spec(m.split(".")[0]) for m in req.modules):
+            wrong.append(f"{req.name}: no module {req.modules}")
+    assert not wrong, "add them to doctor.MODULES: " + "; ".join(wrong)
 
 
 def _comment_above(lines: list[str], i: int) -> list[str]:
