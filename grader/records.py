@@ -180,6 +180,9 @@ class ChildReport:
     build_seconds: float | None = None  # what the task process built (a PyTorch extension), when it built
     # entry points this card cannot run (Entry.min_cc, max_cc) -> why: left out, neither passed nor failed
     skipped: dict[str, str] = field(default_factory=dict)
+    # where the task process spent its time: "stage: step" (the phase's words before its first comma,
+    # so every case of one op adds up under one key) -> seconds; make bench-grader prints it
+    step_seconds: dict[str, float] = field(default_factory=dict)
 
     def dump(self, path: Path) -> None:
         tmp = path.with_suffix(".tmp")
@@ -281,6 +284,7 @@ class TaskResult:
     max_points: float = 0.0
     # entry points this card cannot run (Entry.min_cc, max_cc) -> why: not checked, timed or scored here
     skipped: dict[str, str] = field(default_factory=dict)
+    step_seconds: dict[str, float] = field(default_factory=dict)  # the task process's, by step (ChildReport)
 
     @property
     def task_id(self) -> str:

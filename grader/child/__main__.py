@@ -23,6 +23,7 @@ import importlib
 import json
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -47,13 +48,25 @@ class Recorder:
         self.scratch = scratch  # this task's folder for files of its own (removed by the grading process)
         self.path, self.fd, self._key = path, fd, key
         self.report = ChildReport()
+        self._step, self._since = str(Stage.STARTING), time.perf_counter()
 
     def at(self, stage: Stage, what: str = "") -> None:
         """The process is now at `stage`, doing `what`: sent at once, so that a process killed
         there is reported with it."""
+        self._clock(f"{stage}: {what.split(',')[0]}" if what else str(stage))
         self.set(phase=Phase(stage, what))
 
+    def _clock(self, step: str) -> None:
+        """The step that ends now gets the seconds since it began."""
+        now = time.perf_counter()
+        if self._step:
+            seconds = self.report.step_seconds
+            seconds[self._step] = seconds.get(self._step, 0.0) + now - self._since
+        self._step, self._since = step, now
+
     def set(self, **kw: Any) -> None:
+        if "verdict" in kw:  # the end: the last step's time is in
+            self._clock("")
         for k, v in kw.items():
             setattr(self.report, k, v)
         self.flush()

@@ -48,6 +48,28 @@ PRELOAD = (
 # driver (seen on an H200 with torch 2.11), and a child forked after that cannot use CUDA at all
 # ("Cannot re-initialize CUDA in forked subprocess"). serve() checks this with a probe child.
 
+# What torch.library.opcheck (its test_aot_dispatch_dynamic) and torch.compile import on their first
+# use: inductor's lowerings, export, sympy's combinatorics, jinja2, about 240 modules. A task process
+# that imports them itself spends most of a PyTorch-extension task's checks on it (on a 2-core CPU:
+# opcheck twice and one torch.compile took 10-12 s in a child forked after PRELOAD, 1.25 s after
+# these too). They import torch._inductor: with PYTORCH_NVML_BASED_CUDA_CHECK=1 (torch's own switch:
+# "is CUDA available" asked of NVML, not of the driver) that need not touch the GPU, and the probe
+# after them proves it or the server starts again without them (serve()). Only imports: running
+# autograd here would make it unusable in every forked child (torch refuses autograd after a fork
+# from a process whose autograd threads started).
+COMPILE_PRELOAD = (
+    "torch._inductor.lowering",
+    "torch._inductor.select_algorithm",
+    "torch._inductor.scheduler",
+    "torch._inductor.pattern_matcher",
+    "torch._dynamo.testing",
+    "torch.export._trace",
+    "torch._export.db",
+    "sympy.combinatorics.tensor_can",
+    "jinja2",
+)
+LEAN = "GRADER_FORKSERVER_LEAN"  # set when a server restarts itself without COMPILE_PRELOAD
+
 
 def _read_request(conn: socket.socket) -> tuple[ForkRequest, int]:
     buf, fds, _, _ = socket.recv_fds(conn, 1 << 16, 1)
@@ -137,12 +159,17 @@ def _same_user(conn: socket.socket) -> bool:
 def serve(path: Path) -> None:
     import importlib
 
-    for name in PRELOAD:  # the whole point: pay for these imports once
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # before torch: see COMPILE_PRELOAD
+    lean = os.environ.get(LEAN) == "1"
+    for name in PRELOAD + (() if lean else COMPILE_PRELOAD):  # the whole point: pay for these imports once
         try:
             importlib.import_module(name)
         except ImportError:
             pass  # a kind whose packages are missing fails in its own task, with its own message
     if not _forked_children_can_use_cuda():
+        if not lean:  # the same process again, a fresh interpreter without the compile preloads
+            os.environ[LEAN] = "1"
+            os.execv(sys.executable, [sys.executable, "-m", "grader.child.forkserver", str(path)])
         print("fork server: a forked child cannot use CUDA after the preloads; not serving", file=sys.stderr)
         return  # the grader then starts a fresh interpreter per task: slower, never wrong
 

@@ -356,6 +356,7 @@ def _from_child(task: Task, src: Path, run: ChildRun, timeout: float) -> TaskRes
         notes=list(r.notes),
         build_seconds=r.build_seconds,
         skipped=dict(r.skipped),
+        step_seconds=dict(r.step_seconds),
     )
 
 

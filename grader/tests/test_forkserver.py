@@ -47,3 +47,20 @@ def test_forked_child_that_hangs_is_killed(server, tmp_path, monkeypatch):
     child.feed(ChildJob(spec=str(spec), sources={}, lib=str(tmp_path / "x.so"), timing="off"))
     run = child.wait(1.0)
     assert run.timed_out
+
+
+def test_the_compile_preloads_exist_and_leave_cuda_and_threads_alone():
+    # a module renamed by a later torch would be skipped in silence (serve() ignores ImportError),
+    # and the PyTorch-extension tasks would pay for torch.compile's imports in every task process again
+    code = (
+        "import os, threading, importlib\n"
+        "os.environ['PYTORCH_NVML_BASED_CUDA_CHECK'] = '1'\n"
+        "from grader.child.forkserver import COMPILE_PRELOAD, PRELOAD\n"
+        "for m in PRELOAD + COMPILE_PRELOAD: importlib.import_module(m)\n"
+        "import torch\n"
+        "print(torch.cuda.is_initialized(), threading.active_count())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=paths.ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    # no CUDA context and no second thread: a fork after them keeps both usable in the child
+    assert out.stdout.split() == ["False", "1"], out.stdout
