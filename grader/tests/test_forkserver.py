@@ -56,7 +56,10 @@ def test_the_compile_preloads_exist_and_leave_cuda_and_threads_alone():
         "import os, threading, importlib\n"
         "os.environ['PYTORCH_NVML_BASED_CUDA_CHECK'] = '1'\n"
         "from grader.child.forkserver import COMPILE_PRELOAD, PRELOAD\n"
-        "for m in PRELOAD + COMPILE_PRELOAD: importlib.import_module(m)\n"
+        "for m in PRELOAD:\n"
+        "    try: importlib.import_module(m)\n"
+        "    except ImportError: pass  # a kind's optional packages (nbformat) may be missing\n"
+        "for m in COMPILE_PRELOAD: importlib.import_module(m)\n"
         "import torch\n"
         "print(torch.cuda.is_initialized(), threading.active_count())\n"
     )
