@@ -121,3 +121,134 @@ def test_log_sum_exp_first_passes_the_large_logits_check(dt: str) -> None:
     v = _inputs(8, 4099, mean=S.LARGE_MEAN)
     assert _failures(v, dt, kernel_form(v, dt, lse_first=True), loss_atol=S.LARGE_LOSS_ATOL) == []
     assert _failures(v, dt, kernel_form(v, dt), loss_atol=S.LARGE_LOSS_ATOL) == []
+
+
+# --- task 03: matmul backward through cuBLASLt's epilogues -------------------------------------
+#
+# The spec (lab7/tests/test_03_matmul_backward.py) judges every bf16 output within 1e-3 + 8e-3·|ref|
+# against float64 products of the same bf16 inputs. Here, with its own inputs and references: the
+# float32 form of what cuBLASLt computes (products and sums in float32, GELU's derivative in float32,
+# one rounding to bf16) passes, with the CPU's blocked sums and with one float32 chain per sum; the
+# erf GELU's derivative, a bias gradient summed in bf16, dh without GELU's backward and gelu' taken at
+# the GELU's output all fail.
+
+MB_SPEC = Path(__file__).resolve().parents[1] / "lab7" / "tests" / "test_03_matmul_backward.py"
+
+
+def _mb_spec() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("lab7_matmul_backward_spec", MB_SPEC)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+MB = _mb_spec()
+MB_SMALL = [s for s in MB.SHAPES if s[0] * s[1] * s[2] <= 1 << 21]  # the calibration's cases
+MB_SHAPES = [*MB_SMALL, (5, 3072, 768)]
+
+
+def _mb_inputs(n: int, k: int, m: int) -> dict[str, Any]:
+    return MB.make_inputs({"N": n, "K": k, "M": m}, Rng(7, "cpu"))
+
+
+def _chain(terms: torch.Tensor) -> torch.Tensor:
+    """Σ over dim 0 as one float32 chain, in row order: the longest a sum of N rows can be."""
+    return terms.float().cumsum(0, dtype=torch.float32)[-1]
+
+
+def mb_kernel_form(
+    v: dict[str, Any],
+    chain: bool = False,
+    erf: bool = False,
+    bf16_db: bool = False,
+    no_gelu: bool = False,
+    gelu_at_output: bool = False,
+    rounded_dh_summed: bool = False,
+) -> dict[str, torch.Tensor]:
+    """Both entries' outputs as cuBLASLt forms them, in float32, each rounded once to bf16."""
+    x, a, h, w, dy = (v[name].float() for name in ("x", "a", "h", "W", "dy"))
+    g = dy @ w
+    at = a if gelu_at_output else h
+    if erf:
+        grad = 0.5 * (1.0 + torch.erf(at / 2**0.5)) + at * torch.exp(-0.5 * at * at) / (2 * torch.pi) ** 0.5
+    else:
+        grad = MB.gelu_tanh_grad(at)
+    dh = g if no_gelu else grad * g
+    summed = dh.to(torch.bfloat16).float() if rounded_dh_summed else dh
+    if chain:
+        dw_x, dw_a = _chain(dy[:, :, None] * x[:, None, :]), _chain(dy[:, :, None] * a[:, None, :])
+        db, dbh = _chain(dy), _chain(summed)
+    else:
+        dw_x, dw_a, db, dbh = dy.T @ x, dy.T @ a, dy.sum(0), summed.sum(0)
+    if bf16_db:
+        s = torch.zeros(dy.shape[1], dtype=torch.bfloat16)
+        for row in v["dy"]:
+            s = s + row
+        db = s.float()
+    bf = torch.bfloat16
+    return {
+        "dx": g.to(bf),
+        "dW_x": dw_x.to(bf),
+        "db": db.to(bf),
+        "dh": dh.to(bf),
+        "dW_a": dw_a.to(bf),
+        "dbh": dbh.to(bf),
+    }
+
+
+def _mb_failures(v: dict[str, Any], got: dict[str, torch.Tensor]) -> list[str]:
+    plain, gelu = MB.reference_plain(v), MB.reference_gelu(v)
+    want = {"dx": plain["dx"], "dW_x": plain["dW"], "db": plain["db"], "dh": gelu["dh"], "dW_a": gelu["dW"]}
+    want["dbh"] = gelu["dbh"]
+    atol, rtol = MB.TOLERANCE["bf16"]
+    return [r for name, w in want.items() if (r := judge(name, got[name], w, atol, rtol, None))]
+
+
+def test_03_the_reference_is_torchs_tanh_gelu() -> None:
+    """gelu_tanh and its derivative are torch's gelu(approximate="tanh") and autograd's gradient of it."""
+    h = torch.linspace(-12, 12, 20001, dtype=torch.float64, requires_grad=True)
+    y = torch.nn.functional.gelu(h, approximate="tanh")
+    (g,) = torch.autograd.grad(y.sum(), h)
+    assert torch.allclose(MB.gelu_tanh(h.detach()), y.detach(), rtol=0, atol=1e-14)
+    assert torch.allclose(MB.gelu_tanh_grad(h.detach()), g, rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("shape", MB_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_03_the_float32_form_passes(shape: tuple[int, int, int]) -> None:
+    v = _mb_inputs(*shape)
+    assert _mb_failures(v, mb_kernel_form(v)) == []
+
+
+@pytest.mark.parametrize("shape", MB_SMALL, ids=lambda s: "x".join(map(str, s)))
+def test_03_one_float32_chain_per_sum_passes(shape: tuple[int, int, int]) -> None:
+    """The weight and bias gradients each summed over the rows in one float32 chain, in order."""
+    v = _mb_inputs(*shape)
+    assert _mb_failures(v, mb_kernel_form(v, chain=True)) == []
+
+
+def test_03_the_erf_gelu_fails() -> None:
+    """A reference (or an epilogue) of the erf GELU is 1% off gelu' near h = -2: past one bf16 unit."""
+    v = _mb_inputs(130, 136, 72)
+    assert any("`dh`" in r for r in _mb_failures(v, mb_kernel_form(v, erf=True)))
+
+
+@pytest.mark.parametrize("shape", [(33, 64, 200), (130, 136, 72)], ids=lambda s: "x".join(map(str, s)))
+def test_03_a_bias_gradient_summed_in_bf16_fails(shape: tuple[int, int, int]) -> None:
+    v = _mb_inputs(*shape)
+    assert any("`db`" in r for r in _mb_failures(v, mb_kernel_form(v, bf16_db=True)))
+
+
+@pytest.mark.parametrize("shape", MB_SMALL, ids=lambda s: "x".join(map(str, s)))
+def test_03_dh_without_gelus_backward_or_at_its_output_fails(shape: tuple[int, int, int]) -> None:
+    v = _mb_inputs(*shape)
+    assert any("`dh`" in r for r in _mb_failures(v, mb_kernel_form(v, no_gelu=True)))
+    assert any("`dh`" in r for r in _mb_failures(v, mb_kernel_form(v, gelu_at_output=True)))
+
+
+@pytest.mark.parametrize("shape", [(33, 64, 200), (130, 136, 72)], ids=lambda s: "x".join(map(str, s)))
+def test_03_dbh_from_the_rounded_dh_would_pass_from_33_rows(shape: tuple[int, int, int]) -> None:
+    """Should DGELU_BGRAD sum dh after rounding it to bf16, dbh (of order N in every column, by the
+    spec's W) stays within the tolerance; at five rows it can cancel, and would not (the spec says so)."""
+    v = _mb_inputs(*shape)
+    assert _mb_failures(v, mb_kernel_form(v, rounded_dh_summed=True)) == []

@@ -55,3 +55,72 @@ ALTERNATIVES: dict[str, Alternative] = {
         "no online softmax: the row read three times (max, sum of exp, gradient), expf instead of __expf",
     ),
 }
+
+# --- task 03: matmul backward through cuBLASLt's epilogues -------------------------------------
+
+MB = "03_matmul_backward.cu"
+MB_PLAIN_PRODUCTS = (
+    "    CUDA_CHECK(matmul_lt(lt, CUBLAS_OP_N, CUBLAS_OP_N, K, N, M, W, K, dy, M, dx, K,\n"
+    "                         CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0, stream));\n"
+    "    // dW (M, K) is dWᵀ (K, M) = xᵀ (K, N) · dy (N, M): x's memory is xᵀ, ld K; dy is its memory dyᵀ\n"
+    "    // read transposed. k runs over the N rows, and B is dy: BGRADB sums op(B) over k, one value per\n"
+    "    // column of D, db (M,)\n"
+    "    CUDA_CHECK(matmul_lt(lt, CUBLAS_OP_N, CUBLAS_OP_T, K, M, N, x, K, dy, M, dW, K,\n"
+    "                         CUBLASLT_EPILOGUE_BGRADB, db, nullptr, 0, stream));\n"
+)
+MB_GELU_PRODUCTS = (
+    "    CUDA_CHECK(matmul_lt(lt, CUBLAS_OP_N, CUBLAS_OP_N, K, N, M, W, K, dy, M, dh, K,\n"
+    "                         CUBLASLT_EPILOGUE_DGELU_BGRAD, dbh, h, K, stream));\n"
+    "    // dWᵀ (K, M) = aᵀ (K, N) · dy (N, M), db by BGRADB as in linear_backward_bf16\n"
+    "    CUDA_CHECK(matmul_lt(lt, CUBLAS_OP_N, CUBLAS_OP_T, K, M, N, a, K, dy, M, dW, K,\n"
+    "                         CUBLASLT_EPILOGUE_BGRADB, db, nullptr, 0, stream));\n"
+)
+
+
+def _swapped(products: str) -> str:
+    """The two matmuls of an entry in the other order: the weight gradient (and db) first."""
+    first, second = products.split("    // d", 1)
+    return "    // d" + second + first
+
+
+ALTERNATIVES.update(
+    {
+        "03_matmul_backward.weight_gradient_first": Alternative(
+            MB,
+            [(MB_PLAIN_PRODUCTS, _swapped(MB_PLAIN_PRODUCTS)), (MB_GELU_PRODUCTS, _swapped(MB_GELU_PRODUCTS))],
+            "both entries run the weight gradient's matmul (with db) before the input gradient's: the two"
+            " products are independent, so their order is the author's",
+        ),
+        "03_matmul_backward.small_workspace_several_algorithms": Alternative(
+            MB,
+            [
+                (
+                    "    const uint64_t workspace = lt->workspace_bytes;\n",
+                    "    const uint64_t workspace = 4u << 20;  // 4 MiB: the heuristic picks within it\n",
+                ),
+                (
+                    "    cublasLtMatmulHeuristicResult_t best = {};\n"
+                    "    int found = 0;\n"
+                    "    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt->handle, lt_d.op, lt_d.a, lt_d.b, lt_d.d,"
+                    " lt_d.d, lt_d.pref, 1,\n"
+                    "                                                &best, &found));\n"
+                    "    if (found == 0) return cudaErrorNotSupported;\n",
+                    "    cublasLtMatmulHeuristicResult_t results[4] = {};\n"
+                    "    int found = 0;\n"
+                    "    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt->handle, lt_d.op, lt_d.a, lt_d.b, lt_d.d,"
+                    " lt_d.d, lt_d.pref, 4,\n"
+                    "                                                results, &found));\n"
+                    "    int pick = -1;  // the first the heuristic ranks that fits the 4 MiB asked for\n"
+                    "    for (int i = 0; i < found && pick < 0; ++i)\n"
+                    "        if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= workspace)\n"
+                    "            pick = i;\n"
+                    "    if (pick < 0) return cudaErrorNotSupported;\n"
+                    "    const cublasLtMatmulHeuristicResult_t best = results[pick];\n",
+                ),
+            ],
+            "a workspace of 4 MiB instead of 32 (the heuristic then leaves out the algorithms that need more:"
+            " another algorithm, other bits of the sums) and four of its results asked for, the first that fits"
+            " taken",
+        ),
+    }
+)

@@ -187,3 +187,190 @@ BATCHES = [[name] for name in VARIANTS if name not in HUGE]
 SANITIZED: list[str] = []
 AT_BUILD: list[str] = []
 TIMED: list[str] = []
+
+
+# --- task 03: matmul backward through cuBLASLt's epilogues -------------------------------------
+
+MB = "03_matmul_backward.cu"
+MB_DGRAD = (
+    "    CUDA_CHECK(matmul_lt(lt, CUBLAS_OP_N, CUBLAS_OP_N, K, N, M, W, K, dy, M, dx, K,\n"
+    "                         CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0, stream));\n"
+)
+MB_WGRAD = (
+    "    CUDA_CHECK(matmul_lt(lt, CUBLAS_OP_N, CUBLAS_OP_T, K, M, N, x, K, dy, M, dW, K,\n"
+    "                         CUBLASLT_EPILOGUE_BGRADB, db, nullptr, 0, stream));\n"
+)
+MB_GELU_DGRAD = (
+    "    CUDA_CHECK(matmul_lt(lt, CUBLAS_OP_N, CUBLAS_OP_N, K, N, M, W, K, dy, M, dh, K,\n"
+    "                         CUBLASLT_EPILOGUE_DGELU_BGRAD, dbh, h, K, stream));\n"
+)
+MB_PLAIN_SIZES = (
+    "    if (N < 1 || K < 8 || M < 8 || K % 8 != 0 || M % 8 != 0) return cudaErrorInvalidValue;\n"
+    "    if (!aligned16(x) || !aligned16(W)"
+)
+MB_PLAIN_ENTRY = "COURSE_API cudaError_t linear_backward_bf16("
+# db summed over the rows of dy by a kernel of the student's (one thread per column, a float32 or a
+# bf16 running sum), the weight gradient's matmul left without its epilogue
+MB_DB_KERNEL = (
+    "__global__ void column_sums(const bf16* dy, bf16* db, int N, int M) {{\n"
+    "    const int j = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    if (j >= M) return;\n"
+    "    {acc} s = {zero};\n"
+    "    for (int i = 0; i < N; ++i) s = s + {term};\n"
+    "    db[j] = {store};\n"
+    "}}\n\n"
+)
+MB_DB_LAUNCH = (
+    "    CUDA_CHECK(matmul_lt(lt, CUBLAS_OP_N, CUBLAS_OP_T, K, M, N, x, K, dy, M, dW, K,\n"
+    "                         CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0, stream));\n"
+    "    column_sums<<<(M + 255) / 256, 256, 0, stream>>>(dy, db, N, M);\n"
+    "    CUDA_CHECK(cudaGetLastError());\n"
+)
+MB_F32_SUMS = MB_DB_KERNEL.format(
+    acc="float", zero="0.0f", term="__bfloat162float(dy[(size_t)i * M + j])", store="__float2bfloat16_rn(s)"
+)
+MB_BF16_SUMS = MB_DB_KERNEL.format(
+    acc="bf16", zero="__float2bfloat16_rn(0.0f)", term="dy[(size_t)i * M + j]", store="s"
+)
+
+MB_VARIANTS: dict[str, Variant] = {
+    "03_matmul_backward.dw_transposed": Variant(
+        MB,
+        [
+            (
+                MB_WGRAD,
+                "    CUDA_CHECK(matmul_lt(lt, CUBLAS_OP_N, CUBLAS_OP_T, M, K, N, dy, M, x, K, dW, M,\n"
+                "                         CUBLASLT_EPILOGUE_BGRADA, db, nullptr, 0, stream));  // column-major dW\n",
+            )
+        ],
+        {"wrong", "crash"},
+        "",
+        "computes the weight gradient as the column-major product dyᵀ x (M, K), ld M: right in a column-major"
+        " library, but dW's row-major memory then holds dWᵀ; db (BGRADA on dy) is still right",
+        mistake="transpose mix-up",
+    ),
+    "03_matmul_backward.w_read_transposed": Variant(
+        MB,
+        [
+            (
+                MB_DGRAD,
+                MB_DGRAD.replace(
+                    "CUBLAS_OP_N, CUBLAS_OP_N, K, N, M, W, K,", "CUBLAS_OP_T, CUBLAS_OP_N, K, N, M, W, M,"
+                ),
+            )
+        ],
+        {"wrong"},
+        "dx",
+        "reads W as if it were stored (K, M) (op T, leading dimension M): dx = dy times a scrambled W wherever M != K",
+        mistake="W read transposed",
+    ),
+    "03_matmul_backward.aux_ld_of_dy": Variant(
+        MB,
+        [(MB_GELU_DGRAD, MB_GELU_DGRAD.replace("dbh, h, K, stream", "dbh, h, M, stream"))],
+        {"wrong", "crash"},
+        "",
+        "gives the GELU input's leading dimension as M (dy's) instead of K (h's, laid out like dh): cuBLASLt"
+        " refuses it where M < K and reads the wrong pre-activations where M > K",
+        mistake="aux leading dimension",
+    ),
+    "03_matmul_backward.no_gelu_backward": Variant(
+        MB,
+        [
+            (
+                MB_GELU_DGRAD,
+                MB_GELU_DGRAD.replace(
+                    "CUBLASLT_EPILOGUE_DGELU_BGRAD, dbh, h, K,", "CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0,"
+                ),
+            )
+        ],
+        {"wrong"},
+        "dh",
+        "leaves out the DGELU_BGRAD epilogue: dh is dy W, as if the GELU were not there, and dbh is never written",
+        mistake="GELU backward omitted",
+    ),
+    "03_matmul_backward.gelu_of_output": Variant(
+        MB,
+        [(MB_GELU_DGRAD, MB_GELU_DGRAD.replace("dbh, h, K, stream", "dbh, a, K, stream"))],
+        {"wrong"},
+        "dh",
+        "gives the epilogue the GELU's output a as its auxiliary input: gelu' is evaluated at gelu(h), not at h",
+        mistake="GELU of the output",
+    ),
+    "03_matmul_backward.bias_grad_of_x": Variant(
+        MB,
+        [(MB_WGRAD, MB_WGRAD.replace("CUBLASLT_EPILOGUE_BGRADB", "CUBLASLT_EPILOGUE_BGRADA"))],
+        {"wrong", "crash"},
+        "",
+        "takes the bias gradient from the weight gradient's A operand (x, K values) instead of B (dy, M values):"
+        " sums the columns of x where db sums the rows of dy, and writes K values into db's M",
+        mistake="bias gradient of the wrong operand",
+    ),
+    "03_matmul_backward.compute_16f": Variant(
+        MB,
+        [
+            (
+                "cublasLtMatmulDescCreate(&lt_d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F)",
+                "cublasLtMatmulDescCreate(&lt_d.op, CUBLAS_COMPUTE_16F, CUDA_R_32F)",
+            )
+        ],
+        {"crash", "wrong"},
+        "",
+        "asks for half-precision accumulation (CUBLAS_COMPUTE_16F): cuBLASLt has no such algorithm for bf16"
+        " operands, and a sum of N bf16-sized terms in 11 bits would not hold the gradients' digits anyway",
+        mistake="precision downgrade",
+    ),
+    "03_matmul_backward.db_by_own_kernel": Variant(
+        MB,
+        [(MB_PLAIN_ENTRY, MB_F32_SUMS + MB_PLAIN_ENTRY), (MB_WGRAD, MB_DB_LAUNCH)],
+        {"rule violation"},
+        "launches no kernel",
+        "sums db with a kernel of its own (float32, one thread per column) after a weight-gradient matmul without"
+        " the BGRADB epilogue: right numbers, an extra pass over dy, and against the task's rule",
+        mistake="kernel of its own",
+    ),
+    "03_matmul_backward.db_in_bf16": Variant(
+        MB,
+        [(MB_PLAIN_ENTRY, MB_BF16_SUMS + MB_PLAIN_ENTRY), (MB_WGRAD, MB_DB_LAUNCH)],
+        {"rule violation"},
+        "launches no kernel",
+        "sums db in a bf16 running sum in a kernel of its own: the rule stops it before its numbers are judged;"
+        " they would fail too (terms below 2^-9 of the sum are lost)",
+        mistake="bf16 accumulation",
+    ),
+    "03_matmul_backward.default_stream": Variant(
+        MB,
+        [
+            (
+                "&best.algo, lt->workspace, lt->workspace_bytes, stream));",
+                "&best.algo, lt->workspace, lt->workspace_bytes, 0));",
+            )
+        ],
+        {"wrong", "crash"},
+        "CUDA graph",
+        "runs every matmul on the default stream, not on `stream`: right when the caller uses the default"
+        " stream, but a capture on another stream fails",
+        mistake="wrong stream",
+    ),
+    "03_matmul_backward.beta_one": Variant(
+        MB,
+        [("    const float alpha = 1.0f, beta = 0.0f;\n", "    const float alpha = 1.0f, beta = 1.0f;  // D += ...\n")],
+        {"wrong"},
+        "",
+        "multiplies with beta = 1: every output accumulates into what it held (the harness pre-fills NaN), as"
+        " if the gradients were being summed over micro-batches into buffers nobody zeroed",
+        mistake="accumulating output",
+    ),
+    "03_matmul_backward.no_size_check": Variant(
+        MB,
+        [(MB_PLAIN_SIZES, "    if (!aligned16(x) || !aligned16(W)")],
+        {"wrong"},
+        "cudaErrorInvalidValue",
+        "linear_backward_bf16 checks no sizes: K = 12 reaches cuBLASLt, which computes it or refuses with a"
+        " cuBLAS status, instead of the contract's cudaErrorInvalidValue",
+        mistake="sizes not refused",
+    ),
+}
+VARIANTS.update(MB_VARIANTS)
+BATCHES += [[name] for name in MB_VARIANTS]
+# the rules decide these on the build: graded on a machine without a GPU too
+AT_BUILD += ["03_matmul_backward.db_by_own_kernel", "03_matmul_backward.db_in_bf16"]
