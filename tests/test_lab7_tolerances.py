@@ -123,6 +123,183 @@ def test_log_sum_exp_first_passes_the_large_logits_check(dt: str) -> None:
     assert _failures(v, dt, kernel_form(v, dt), loss_atol=S.LARGE_LOSS_ATOL) == []
 
 
+# --- task 02: layer norm and RMSNorm backward ---------------------------------------------------
+#
+# The spec (lab7/tests/test_02_norm_backward.py) judges float32 outputs (dx_f32, dweight, dbias)
+# within 1e-5 + 2e-5·|ref| and bf16 dx within 1e-5 + 8e-3·|ref|, against its formula in float64.
+# Here: that formula is autograd's gradient; the kernel's float32 form, with the reference's
+# summation orders (per-lane chains, slices of rows, strided chains over the partial rows) and with
+# one chain per column over every row, passes with a margin; a column sum kept in bf16, and each
+# forgotten term, fails on the spec's own inputs.
+
+NB_SPEC = Path(__file__).resolve().parents[1] / "lab7" / "tests" / "test_02_norm_backward.py"
+
+
+def _nb_spec() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("lab7_norm_backward_spec", NB_SPEC)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+NB = _nb_spec()
+NB_SMALL = [s for s in NB.SHAPES if s[0] * s[1] <= 1 << 16]
+
+
+def _nb_inputs(rows: int, c: int) -> dict[str, Any]:
+    return NB.make_inputs({"rows": rows, "C": c}, Rng(11, "cpu"))
+
+
+def _chains(t: torch.Tensor, lanes: int, width: int) -> torch.Tensor:
+    """Row sums of t (rows, C) as the kernel adds them: lane l owns the width-element vectors l,
+    l + lanes, ... and adds them in one float32 chain, then the lanes' sums go through a tree."""
+    rows, c = t.shape
+    vecs = -(-c // width)
+    k = -(-vecs // lanes)
+    padded = torch.nn.functional.pad(t, (0, k * lanes * width - c)).view(rows, k, lanes, width)
+    acc = torch.zeros(rows, lanes, dtype=torch.float32)
+    for i in range(k):
+        for e in range(width):
+            acc = acc + padded[:, i, :, e]
+    while acc.shape[1] > 1:
+        acc = acc[:, ::2] + acc[:, 1::2]
+    return acc[:, 0]
+
+
+def _column_sums(t: torch.Tensor, per_slice: int, bf16: bool = False) -> torch.Tensor:
+    """Column sums of t (rows, C) as the two stages add them: a float32 chain down each slice of
+    per_slice rows (bf16: rounded after every addition), then 32 strided chains over the slices'
+    partial rows and a tree of the 32."""
+    rows, c = t.shape
+    parts = []
+    for first in range(0, rows, per_slice):
+        acc = torch.zeros(c, dtype=torch.float32)
+        for r in range(first, min(rows, first + per_slice)):
+            acc = acc + t[r]
+            if bf16:
+                acc = acc.to(torch.bfloat16).float()
+        parts.append(acc)
+    p = torch.stack(parts)
+    chains = torch.zeros(32, c, dtype=torch.float32)
+    for b in range(p.shape[0]):
+        chains[b % 32] = chains[b % 32] + p[b]
+    while chains.shape[0] > 1:
+        chains = chains[::2] + chains[1::2]
+    return chains[0]
+
+
+def nb_kernel_form(
+    v: dict[str, Any],
+    norm: str,
+    dt: str,
+    per_slice: int = 0,
+    bf16_sums: bool = False,
+    drop: str = "",
+) -> dict[str, torch.Tensor]:
+    """The outputs as the kernel computes them in float32 (the reference's team and slice sizes for
+    the GPU of 132 SMs unless per_slice says otherwise; per_slice = rows: one chain per column);
+    `drop` forgets one term: "mean", "xhat", "weight" or "saved mean"."""
+    rows, c = v["rows"], v["C"]
+    x, dy, w = v[f"x_{dt}"].float(), v[f"dy_{dt}"].float(), v[f"weight_{dt}"].float()
+    if drop == "weight":
+        w = torch.ones_like(w)
+    if norm == "layernorm":
+        mean = torch.zeros(rows) if drop == "saved mean" else v[f"mean_{dt}"]
+        rstd = v[f"rstd_{dt}"]
+        xhat = (x - mean[:, None]) * rstd[:, None]
+    else:
+        rstd = v[f"rms_rstd_{dt}"]
+        xhat = x * rstd[:, None]
+    g = dy * w
+    width = 16 // (4 if dt == "f32" else 2) if c % (4 if dt == "f32" else 8) == 0 else 1
+    lanes = 32 if c <= 768 else (256 if c <= 4096 else 1024)
+    inv_c = torch.tensor(1.0 / c, dtype=torch.float32)
+    a = _chains(g, lanes, width) * inv_c
+    b = _chains(g * xhat, lanes, width) * inv_c
+    if norm == "rmsnorm" or drop == "mean":
+        a = torch.zeros_like(a)
+    if drop == "xhat":
+        b = torch.zeros_like(b)
+    dx = rstd[:, None] * ((g - a[:, None]) - xhat * b[:, None])
+    wave = 3 * 132 if c <= 768 else (4 * 132 if c <= 4096 else 132)
+    per_slice = per_slice or -(-rows // min(NB.MAX_PARTIALS, wave))
+    out = {
+        f"dx_{dt}": dx.to(torch.float32 if dt == "f32" else torch.bfloat16),
+        "dweight": _column_sums(dy * xhat, per_slice, bf16_sums),
+    }
+    if norm == "layernorm":
+        out["dbias"] = _column_sums(dy, per_slice, bf16_sums)
+    return out
+
+
+def nb_worst(v: dict[str, Any], norm: str, dt: str, got: dict[str, torch.Tensor]) -> float:
+    """The largest |got - ref| / (atol + rtol |ref|) over the outputs: <= 1 passes."""
+    want = NB.entry_reference(norm, dt)(v)
+    worst = 0.0
+    for name, g in got.items():
+        atol, rtol = NB.TOLERANCE[dt] if name.startswith("dx") else NB.TOLERANCE["f32"]
+        r = want[name].double()
+        ratio = ((g.double() - r).abs() / (atol + rtol * r.abs())).max()
+        worst = max(worst, float(ratio))
+    return worst
+
+
+@pytest.mark.parametrize("norm", NB.NORMS)
+def test_the_norm_formula_is_autograds_gradient(norm: str) -> None:
+    """With the exact statistics, the spec's formula is the gradient of F.layer_norm / F.rms_norm."""
+    v = _nb_inputs(7, 100)
+    x = v["x_f32"].double().requires_grad_(True)
+    w = v["weight_f32"].double().requires_grad_(True)
+    b = torch.zeros(100, dtype=torch.float64, requires_grad=True)
+    dy = v["dy_f32"].double()
+    with torch.enable_grad():
+        if norm == "layernorm":
+            y = torch.nn.functional.layer_norm(x, (100,), w, b, eps=NB.EPS)
+        else:
+            y = torch.nn.functional.rms_norm(x, (100,), w, eps=NB.EPS)
+        grads = torch.autograd.grad(y, (x, w, b) if norm == "layernorm" else (x, w), dy)
+    xd = x.detach()
+    mean = xd.mean(1)
+    rstd = ((xd - mean[:, None]).square().mean(1) + NB.EPS).rsqrt()
+    if norm == "rmsnorm":
+        rstd = (xd.square().mean(1) + NB.EPS).rsqrt()
+    got = NB.reference(norm, dy, xd, w.detach(), mean, rstd)
+    torch.testing.assert_close(got["dx"], grads[0], rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(got["dweight"], grads[1], rtol=1e-9, atol=1e-9)
+    if norm == "layernorm":
+        torch.testing.assert_close(got["dbias"], grads[2], rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("dt", NB.DTYPES)
+@pytest.mark.parametrize("norm", NB.NORMS)
+@pytest.mark.parametrize("shape", [*NB_SMALL, (1000, 100), (3, 8195), (1, NB.MAX_C)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_the_norm_kernels_float32_form_passes_with_a_margin(shape: tuple[int, int], norm: str, dt: str) -> None:
+    v = _nb_inputs(*shape)
+    assert nb_worst(v, norm, dt, nb_kernel_form(v, norm, dt)) <= 0.5
+
+
+@pytest.mark.parametrize("norm", NB.NORMS)
+def test_long_column_sums_pass_in_any_float32_order(norm: str) -> None:
+    """16411 rows: the reference's slices and one chain per column over every row both pass."""
+    v = _nb_inputs(*NB.MANY_ROWS)
+    assert nb_worst(v, norm, "f32", nb_kernel_form(v, norm, "f32")) <= 0.2
+    assert nb_worst(v, norm, "f32", nb_kernel_form(v, norm, "f32", per_slice=NB.MANY_ROWS[0])) <= 0.5
+
+
+@pytest.mark.parametrize("norm", NB.NORMS)
+def test_column_sums_kept_in_bf16_fail(norm: str) -> None:
+    v = _nb_inputs(600, 64)
+    assert nb_worst(v, norm, "bf16", nb_kernel_form(v, norm, "bf16", bf16_sums=True)) > 10.0
+
+
+@pytest.mark.parametrize("drop", ["mean", "xhat", "weight", "saved mean"])
+@pytest.mark.parametrize("dt", NB.DTYPES)
+def test_each_forgotten_term_fails(drop: str, dt: str) -> None:
+    v = _nb_inputs(16, 768)
+    assert nb_worst(v, "layernorm", dt, nb_kernel_form(v, "layernorm", dt, drop=drop)) > 1.0
+
+
 # --- task 03: matmul backward through cuBLASLt's epilogues -------------------------------------
 #
 # The spec (lab7/tests/test_03_matmul_backward.py) judges every bf16 output within 1e-3 + 8e-3·|ref|

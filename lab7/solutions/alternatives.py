@@ -56,6 +56,36 @@ ALTERNATIVES: dict[str, Alternative] = {
     ),
 }
 
+# --- task 02: layer norm and RMSNorm backward ---------------------------------------------------
+
+SRC_02 = "02_norm_backward.cu"
+
+ALTERNATIVES.update(
+    {
+        "02_norm_backward.block_per_row": Alternative(
+            SRC_02,
+            [("    if (C <= 768) {  // a warp per row", "    if (false) {  // a warp per row")],
+            "a 256-thread block per row for every C up to 4096, never a warp: the row sums go through shared"
+            " memory and a barrier, the column sums need no combining across teams",
+        ),
+        "02_norm_backward.fixed_slices_one_chain": Alternative(
+            SRC_02,
+            [
+                (
+                    "    const int wave = std::max(1, std::min(MAX_PARTIALS, sms * per_sm));",
+                    "    const int wave = MAX_PARTIALS + 0 * sms * per_sm;  // 512 slices, whatever the GPU",
+                ),
+                (
+                    "for (int b = ty; b < parts; b += WARP) s += src[(size_t)b * C + c];",
+                    "if (ty == 0) for (int b = 0; b < parts; ++b) s += src[(size_t)b * C + c];  // one chain",
+                ),
+            ],
+            "MAX_PARTIALS slices of rows whatever the GPU (two waves where it holds fewer blocks), and each"
+            " column's partial rows added by one thread in one chain of up to 512 additions",
+        ),
+    }
+)
+
 # --- task 03: matmul backward through cuBLASLt's epilogues -------------------------------------
 
 MB = "03_matmul_backward.cu"

@@ -181,7 +181,172 @@ VARIANTS: dict[str, Variant] = {
     ),
 }
 
-HUGE: list[str] = ["01_cross_entropy.int_offsets"]  # graded with the cases past 2^31 elements
+# --- task 02: layer norm and RMSNorm backward ---------------------------------------------------
+
+SRC_02 = "02_norm_backward.cu"
+MEAN_OF_G = "        const float a = RMS ? 0.0f : s.x * inv_c;\n"
+
+VARIANTS.update(
+    {
+        "02_norm_backward.no_mean_term": Variant(
+            SRC_02,
+            [(MEAN_OF_G, "        const float a = 0.0f;  // mean_C(g) forgotten\n")],
+            {"wrong"},
+            "dx",
+            "drops mean_C(g) from layer norm's dx: right only where dy * w has a zero mean in every row",
+            mistake="mean of g",
+        ),
+        "02_norm_backward.no_xhat_term": Variant(
+            SRC_02,
+            [("rs * (g - a - xh * b)", "rs * (g - a)")],
+            {"wrong"},
+            "dx",
+            "drops xhat * mean_C(g * xhat): the gradient that flows through rstd (the variance) is lost",
+            mistake="xhat term",
+        ),
+        "02_norm_backward.weight_ignored": Variant(
+            SRC_02,
+            [
+                ("const float g = dye * to_float(w.v[e]);", "const float g = dye;  // w forgotten"),
+                ("const float g = to_float(d.v[e]) * to_float(w.v[e]);", "const float g = to_float(d.v[e]);"),
+            ],
+            {"wrong"},
+            "dx",
+            "uses dy for dxhat instead of dy * weight: right only for a weight of ones (a freshly initialised layer)",
+            mistake="weight",
+        ),
+        "02_norm_backward.saved_mean_ignored": Variant(
+            SRC_02,
+            [("const float mu = RMS ? 0.0f : mean[r];", "const float mu = 0.0f;  // the mean is small anyway?")],
+            {"wrong"},
+            "dx",
+            "never subtracts the saved mean (xhat = x * rstd in layer norm too): rows centred on 1e3 are off"
+            " by a thousand units of xhat",
+            mistake="saved statistics",
+        ),
+        "02_norm_backward.rstd_of_first_row": Variant(
+            SRC_02,
+            [("const float rs = rstd[r];", "const float rs = rstd[first];  // one rstd per block")],
+            {"wrong"},
+            "dx",
+            "reads the block's first row's rstd for every row of its slice: right while each block has one row,"
+            " wrong at 600 rows and more",
+            mistake="row statistics",
+        ),
+        "02_norm_backward.rms_mean_term": Variant(
+            SRC_02,
+            [(MEAN_OF_G, "        const float a = s.x * inv_c;  // RMSNorm too\n")],
+            {"wrong"},
+            "dx",
+            "subtracts mean_C(g) in RMSNorm as in layer norm: RMSNorm never centres x, so its dx has no such term",
+            mistake="RMSNorm formula",
+        ),
+        "02_norm_backward.int_division": Variant(
+            SRC_02,
+            [("const float inv_c = 1.0f / (float)C;", "const float inv_c = 1 / C;  // int division")],
+            {"wrong"},
+            "dx",
+            "1 / C in int arithmetic: 0 for every C > 1, so both row means vanish and dx = rstd * g",
+            mistake="integer division",
+        ),
+        "02_norm_backward.accumulates": Variant(
+            SRC_02,
+            [("(blockIdx.y == 0 ? out0 : out1)[col] = v;", "(blockIdx.y == 0 ? out0 : out1)[col] += v;")],
+            {"wrong"},
+            "dweight",
+            "adds the column sums into dweight and dbias (+=) instead of writing them: right only where the"
+            " caller zeroed them; the grader fills them with NaN",
+            mistake="overwrite",
+        ),
+        "02_norm_backward.first_partial_only": Variant(
+            SRC_02,
+            [("for (int b = ty; b < parts; b += WARP)", "for (int b = ty; b < 1; b += WARP)")],
+            {"wrong"},
+            "dweight",
+            "the second kernel adds only the first block's partial row: right for one row, wrong once the rows"
+            " are split among blocks",
+            mistake="partial rows",
+        ),
+        "02_norm_backward.bf16_column_sums": Variant(
+            SRC_02,
+            [
+                (
+                    "dw[k][e] += dye * xh;",
+                    "dw[k][e] = __bfloat162float(__float2bfloat16_rn(dw[k][e] + dye * xh));  // bf16 sum",
+                )
+            ],
+            {"wrong"},
+            "dweight",
+            "keeps each thread's column sums of dy * xhat in bf16: every addition rounds to 8 bits",
+            mistake="bf16 accumulation",
+        ),
+        "02_norm_backward.atomics": Variant(
+            SRC_02,
+            [
+                ("float* pw = partials + (size_t)blockIdx.x * C;", "float* pw = partials;  // all blocks, one row"),
+                ("float* pb = partials + ((size_t)gridDim.x + blockIdx.x) * C;", "float* pb = partials + C;"),
+                ("pw[i * W + e] = dw[k][e];", "atomicAdd(&pw[i * W + e], dw[k][e]);"),
+                ("pb[i * W + e] = db[k][e];", "atomicAdd(&pb[i * W + e], db[k][e]);"),
+                ("pw[c] = cw[c];", "atomicAdd(&pw[c], cw[c]);"),
+                ("pb[c] = cb[c];", "atomicAdd(&pb[c], cb[c]);"),
+                (
+                    "    int parts = 0;\n",
+                    "    int parts = 0;\n"
+                    "    CUDA_CHECK(cudaMemsetAsync(scratch, 0, (RMS ? 1 : 2) * C * sizeof(float), stream));\n",
+                ),
+                ("(scratch, dweight, dbias, parts, C);", "(scratch, dweight, dbias, 1, C);  // one row"),
+            ],
+            {"wrong"},
+            "differ",
+            "every block adds its column sums into one zeroed row with float atomicAdd: the values are right, but"
+            " the order of the additions, and so the last bits, change from run to run",
+            mistake="determinism",
+        ),
+        "02_norm_backward.no_tail_check": Variant(
+            SRC_02,
+            [("if (C % N == 0 && on_grid(dy)", "if (on_grid(dy)")],
+            {"crash", "wrong"},
+            "",
+            "takes the 16-byte path whenever the pointers are aligned, whatever C: a C that is not a multiple of"
+            " the vector width puts row 1 off the grid (a misaligned load) and leaves the last C % W columns out",
+            mistake="row alignment",
+        ),
+        "02_norm_backward.no_scratch_check": Variant(
+            SRC_02,
+            [(" || scratch_floats < norm_scratch_floats(rows, C, RMS)", "")],
+            {"wrong"},
+            "cudaErrorInvalidValue",
+            "never compares scratch_floats with what the partial rows need: a caller's short scratch is"
+            " overrun instead of refused",
+            mistake="scratch size",
+        ),
+        "02_norm_backward.int_offsets": Variant(
+            SRC_02,
+            [("const size_t base = (size_t)r * C;", "const size_t base = r * C;  // an int product")],
+            {"crash", "wrong"},
+            "",
+            "the row offset r * C computed in int: past 2^31 elements (row 524288 of 4096 columns) it wraps"
+            " around to a negative offset",
+            huge=True,
+            mistake="32-bit offsets",
+        ),
+        "02_norm_backward.default_stream": Variant(
+            SRC_02,
+            [("kernel<<<*parts, THREADS, 0, stream>>>", "kernel<<<*parts, THREADS>>>")],
+            {"wrong"},
+            "CUDA graph",
+            "launches the first kernel on the default stream: right when the caller uses the default stream,"
+            " but a capture on another stream fails",
+            mistake="wrong stream",
+        ),
+    }
+)
+
+# graded with the cases past 2^31 elements
+HUGE: list[str] = [
+    "01_cross_entropy.int_offsets",
+    "02_norm_backward.int_offsets",
+]
 # one variant of the task per grading run
 BATCHES = [[name] for name in VARIANTS if name not in HUGE]
 SANITIZED: list[str] = []
