@@ -385,6 +385,21 @@ VARIANTS.update(
             "launches on the default stream, not on `stream`: a capture on another stream fails",
             mistake="wrong stream",
         ),
+        "05_adamw.int_offsets": Variant(
+            SRC05,
+            [
+                (
+                    "        const int64_t off = offsets[t];\n",
+                    "        const int off = (int)offsets[t];  // 32-bit offsets\n",
+                )
+            ],
+            {"crash", "wrong"},
+            "",
+            "a tensor's offset into the arenas kept in an int: the tensor that starts past 2^31 elements is looked"
+            " for 8 GB before the arena",
+            huge=True,
+            mistake="32-bit offsets",
+        ),
         "05_adamw.two_launches": Variant(
             SRC05,
             [
@@ -411,7 +426,7 @@ VARIANTS.update(
     }
 )
 
-HUGE: list[str] = ["01_cross_entropy.int_offsets"]  # graded with the cases past 2^31 elements
+HUGE: list[str] = ["01_cross_entropy.int_offsets", "05_adamw.int_offsets"]  # graded with the cases past 2^31 elements
 # one variant of the task per grading run
 BATCHES = [[name] for name in VARIANTS if name not in HUGE]
 SANITIZED: list[str] = []

@@ -26,7 +26,10 @@ Lists (sizes): `tails` 1, 3, 5, 0, 7, 4097, 2305 (768 * 3 + 1), 4096, 4095, 8193
 empty tensors (0) between others, tails of every length, more than one chunk; `tiny x300` three
 hundred tensors of 1 to 64 elements (biases, norms) and a few of 768 and 0; `embedding` GPT-2's
 token embedding 50257 x 768 (38.6M elements, 9424 chunks of 4096) with a few small tensors after
-it; `gpt2-124M` GPT-2 small's 148 tensors (124.4M elements), the timed case.
+it; `gpt2-124M` GPT-2 small's 148 tensors (124.4M elements), the timed case; and, under `make grade`
+only, `past 2^31`: 5, 2^31 + 3 and 4097 elements, the last tensor starting past 2^31 (arenas of
+8.6 GB in float32; the reference kept in float32 there, one rounding more), where an int offset or
+chunk index wraps around.
 Hyper-parameters: beta1 = 0.9, beta2 = 0.999, eps = 1e-8 everywhere; steps 1 (bias corrections
 1 - 0.9 = 0.1 and 1 - 0.999 = 1e-3: mhat = 10 m, vhat = 1000 v, where any mistake in them shows
 largest), 2, 3, 10 and 1000 (1 - 0.999^1000 = 0.632: the correction is neither 1 nor tiny);
@@ -118,6 +121,7 @@ SCALES = (1.0, 1e-3, 30.0, 1e-8, 0.1, 3e-6)  # gradient scale of tensor i: SCALE
 PARAM_SCALE = 0.5
 STEPS_CARRIED = 5
 REFERENCE_CHUNK = 1 << 25  # elements of the float64 reference at a time
+KEPT_FLOAT64 = 1 << 28  # longer arenas keep the reference in float32 (one more rounding, 2^-24)
 
 
 def _gpt2_124m() -> list[int]:
@@ -134,6 +138,7 @@ LAYOUTS: dict[str, list[int]] = {
     "tiny x300": [(7 * i) % 64 + 1 for i in range(300)] + [768, 0, 768, 768 * 3],
     "embedding": [50257 * 768, 768, 768, 1, 3, 768 * 3 + 1],
     "gpt2-124M": _gpt2_124m(),
+    "past 2^31": [5, (1 << 31) + 3, 4097],  # the last tensor starts past 2^31 elements (make grade)
 }
 TIMING = "gpt2-124M step 1000"
 
@@ -182,7 +187,8 @@ def case_label(name: str, step: int, lr: float, wd: float) -> str:
 
 def make_case(name: str, step: int, lr: float, wd: float) -> Case:
     n = layout(name)[2]
-    return Case(case_label(name, step, lr, wd), small=n <= 1 << 16, layout=name, step=step, lr=lr, wd=wd)
+    # `elements`, the arena's length, is the case's size (Case.size multiplies its integer parameters)
+    return Case(case_label(name, step, lr, wd), small=n <= 1 << 16, layout=name, step=step, lr=lr, wd=wd, elements=n)
 
 
 def covered(offsets: list[int], sizes: list[int], length: int, device: Any) -> Any:
@@ -220,7 +226,7 @@ def make_inputs(p: dict[str, Any], rng: Rng) -> dict[str, Any]:
         exp_avg_sq = rng.randn(length).mul_(scale).square_().mul_(0.5).add_(exp_avg.square())
     return {
         "params": params,
-        "master": params.clone(),
+        "master": params,  # the same values, not a copy: the harness copies in-out arguments itself
         "grads": grads,
         "grads_bf16": grads.to(torch.bfloat16),
         "exp_avg": exp_avg,
@@ -248,7 +254,8 @@ def adamw_reference(
     lr, b1, b2, eps, wd = (f32(x) for x in (lr, b1, b2, eps, wd))
     bc1 = 1.0 - b1**step
     bc2 = 1.0 - b2**step
-    p_out, m_out, v_out = (torch.empty(p.shape, dtype=torch.float64, device=p.device) for _ in range(3))
+    kept = torch.float64 if p.numel() <= KEPT_FLOAT64 else torch.float32
+    p_out, m_out, v_out = (torch.empty(p.shape, dtype=kept, device=p.device) for _ in range(3))
     for i in range(0, p.numel(), REFERENCE_CHUNK):
         s = slice(i, i + REFERENCE_CHUNK)
         pp, gg, mm, vv, keep = p[s].double(), g[s].double(), m[s].double(), v[s].double(), mask[s]
@@ -591,6 +598,7 @@ MISTAKES = {
     " 2^-9 of a weight; weights_are_the_rounded_master compares the weights bit for bit",
     "bf16 state": "every case: exp_avg or exp_avg_sq kept in bf16 is off by 2^-9 relative",
     "wrong stream": "on_the_stream_argument: captured on torch's capture stream, a launch elsewhere fails",
+    "32-bit offsets": "past 2^31 step 1 (make grade): offsets, chunk indices and element indices pass 2^31",
     "more than one launch": "the rule launches(1): the timed case's 148 tensors in one launch, not one per tensor"
     " or per part of the grid",
 }
@@ -614,7 +622,20 @@ TASK = CudaTask(
         )
         for e in ENTRIES
     ],
-    cases=[make_case(*c) for c in CASES[:-1]] + [GPT2],
+    cases=[make_case(*c) for c in CASES[:-1]]
+    + [
+        GPT2,
+        Case(
+            "past 2^31 step 1",
+            small=False,
+            huge=True,
+            layout="past 2^31",
+            step=1,
+            lr=1e-3,
+            wd=0.1,
+            elements=layout("past 2^31")[2],  # the case's size: past 2^31
+        ),
+    ],
     make_inputs=make_inputs,
     tolerance=TOLERANCE,
     timing_case=TIMING,
