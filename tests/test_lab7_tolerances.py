@@ -429,3 +429,185 @@ def test_03_dbh_from_the_rounded_dh_would_pass_from_33_rows(shape: tuple[int, in
     spec's W) stays within the tolerance; at five rows it can cancel, and would not (the spec says so)."""
     v = _mb_inputs(*shape)
     assert _mb_failures(v, mb_kernel_form(v, rounded_dh_summed=True)) == []
+
+
+# --- task 05: the multi-tensor AdamW ----------------------------------------------------------------
+#
+# Its spec (lab7/tests/test_05_adamw.py) judges float32 outputs within 1e-7 + 2e-6·|ref| and the bf16
+# weights within 1e-7 + 4e-3·|ref|, against the contract's formulas in float64. Here: those formulas
+# are torch.optim.AdamW's; a float32 kernel written two honest ways passes with a margin; each
+# mistake the spec names for the arithmetic fails.
+
+ADAMW = Path(__file__).resolve().parents[1] / "lab7" / "tests" / "test_05_adamw.py"
+
+
+def _adamw_spec() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("lab7_adamw_spec", ADAMW)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+A = _adamw_spec()
+ADAMW_SMALL = [c for c in A.CASES if A.layout(c[0])[2] <= 1 << 16]
+
+
+def _adamw_inputs(name: str, step: int, lr: float, wd: float) -> dict[str, Any]:
+    return A.make_inputs({"layout": name, "step": step, "lr": lr, "wd": wd}, Rng(11, "cpu"))
+
+
+def adamw_kernel_form(
+    x: dict[str, Any],
+    bf16: bool = False,
+    lerp: bool = False,
+    eps_inside: bool = False,
+    no_correction: bool = False,
+    step_shift: int = 0,
+    l2: bool = False,
+    decay_twice: bool = False,
+    decay_after: bool = False,
+    bf16_state: bool = False,
+    bf16_master: bool = False,
+) -> dict[str, torch.Tensor]:
+    """One step in float32 as a kernel computes it (bias corrections in double on the host, as the
+    reference solution; `lerp`: m and v in torch's own form m + (1 - b1)(g - m)), or with one of the
+    spec's mistakes. The gaps come back unchanged."""
+    f = torch.float32
+    lr, b1, b2, eps, wd = (A.f32(v) for v in A._hyper(x)[:5])
+    step = x["step"] + step_shift
+    g = (x["grads_bf16"] if bf16 else x["grads"]).to(f)
+    p = (x["master"] if bf16 else x["params"]).clone()
+    if bf16_master:
+        p = p.to(torch.bfloat16).to(f)
+    m, v = x["exp_avg"].clone(), x["exp_avg_sq"].clone()
+    if l2:
+        g = g + torch.tensor(wd, dtype=f) * p
+    c1, c2 = torch.tensor(1.0 - b1, dtype=f), torch.tensor(1.0 - b2, dtype=f)
+    if lerp:
+        m1 = m + c1 * (g - m)
+        v1 = v + c2 * (g * g - v)
+    else:
+        m1 = torch.tensor(b1, dtype=f) * m + c1 * g
+        v1 = torch.tensor(b2, dtype=f) * v + c2 * (g * g)
+    if bf16_state:
+        m1, v1 = m1.to(torch.bfloat16).to(f), v1.to(torch.bfloat16).to(f)
+    bc1 = 1.0 if no_correction else 1.0 - b1**step
+    bc2 = 1.0 if no_correction else 1.0 - b2**step
+    step_size = torch.tensor(lr / bc1 if bc1 else float("inf"), dtype=f)
+    inv_sqrt_bc2 = torch.tensor(1.0 / bc2**0.5 if bc2 else float("inf"), dtype=f)
+    decay = torch.tensor(1.0 - lr * wd, dtype=f)
+    if eps_inside:
+        denom = torch.sqrt(v1 * inv_sqrt_bc2 * inv_sqrt_bc2 + torch.tensor(eps, dtype=f))
+    else:
+        denom = torch.sqrt(v1) * inv_sqrt_bc2 + torch.tensor(eps, dtype=f)
+    update = step_size * m1 / denom
+    if decay_after:
+        p1 = (p - update) * decay
+    else:
+        p1 = p * decay
+        if decay_twice:
+            p1 = p1 * decay
+        p1 = p1 - update
+    keep = A._mask(x)
+    out = {
+        "params": torch.where(keep, p1, p),
+        "exp_avg": torch.where(keep, m1, m),
+        "exp_avg_sq": torch.where(keep, v1, v),
+    }
+    if bf16:
+        out["master"] = out.pop("params")
+        out["weights"] = torch.where(keep, p1, torch.nan).to(torch.bfloat16)
+    return out
+
+
+def _adamw_failures(x: dict[str, Any], got: dict[str, torch.Tensor], bf16: bool = False) -> list[str]:
+    want = A.entry_reference("adamw_bf16_master" if bf16 else "adamw_f32")(x)
+    out = []
+    for name, w in want.items():
+        report = judge(name, got[name], w, *A.TOLERANCE["bf16" if name == "weights" else "f32"], None)
+        if report:
+            out.append(report)
+    return out
+
+
+@pytest.mark.parametrize("case", ADAMW_SMALL, ids=lambda c: A.case_label(*c))
+def test_the_adamw_reference_is_torchs(case: tuple) -> None:
+    """torch.optim.AdamW(foreach=False) in float64, its state set to the case's, gives the spec's
+    reference: decay before the step, eps outside the root, corrections with the step."""
+    x = _adamw_inputs(*case)
+    tensors = [(o, s) for o, s in zip(x["offsets"].tolist(), x["sizes"].tolist(), strict=True) if s]
+    p64, g64 = x["params"].double(), x["grads"].double()
+    params = A.torch_parameters(p64, g64, x)
+    opt = torch.optim.AdamW(
+        params,
+        lr=A.f32(x["lr"]),
+        betas=(A.f32(A.BETA1), A.f32(A.BETA2)),
+        eps=A.f32(A.EPS),
+        weight_decay=A.f32(x["weight_decay"]),
+        foreach=False,
+    )
+    for q, (o, s) in zip(params, tensors, strict=True):
+        opt.state[q] = {
+            "step": torch.tensor(float(x["step"] - 1)),
+            "exp_avg": x["exp_avg"][o : o + s].double(),
+            "exp_avg_sq": x["exp_avg_sq"][o : o + s].double(),
+        }
+    opt.step()
+    want = A.entry_reference("adamw_f32")(x)
+    for q, (o, s) in zip(params, tensors, strict=True):
+        torch.testing.assert_close(q.detach(), want["params"][o : o + s], rtol=1e-13, atol=0)
+        torch.testing.assert_close(opt.state[q]["exp_avg"], want["exp_avg"][o : o + s], rtol=1e-13, atol=0)
+        torch.testing.assert_close(opt.state[q]["exp_avg_sq"], want["exp_avg_sq"][o : o + s], rtol=1e-13, atol=0)
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["f32", "bf16_master"])
+@pytest.mark.parametrize("lerp", [False, True], ids=["fma_form", "lerp_form"])
+@pytest.mark.parametrize("case", ADAMW_SMALL, ids=lambda c: A.case_label(*c))
+def test_the_adamw_kernels_float32_form_passes(case: tuple, lerp: bool, bf16: bool) -> None:
+    x = _adamw_inputs(*case)
+    assert _adamw_failures(x, adamw_kernel_form(x, bf16=bf16, lerp=lerp), bf16) == []
+
+
+def test_the_adamw_tolerance_has_a_margin() -> None:
+    """The float32 form's worst error, over its allowance, stays below 1/3 (the docstring's 10x
+    margin, less what the cancellations eat)."""
+    worst = 0.0
+    for case in ADAMW_SMALL:
+        x = _adamw_inputs(*case)
+        got = adamw_kernel_form(x)
+        want = A.entry_reference("adamw_f32")(x)
+        atol, rtol = A.TOLERANCE["f32"]
+        for name, w in want.items():
+            worst = max(worst, float(((got[name].double() - w).abs() / (atol + rtol * w.abs())).max()))
+    assert 0.0 < worst < 1 / 3, worst
+
+
+ADAMW_MISTAKES = {
+    "eps inside the root": ({"eps_inside": True}, ("tails", 1, 1e-3, 0.1)),
+    "no bias correction": ({"no_correction": True}, ("tails", 1000, 6e-4, 0.0)),
+    "step off by one": ({"step_shift": -1}, ("tails", 3, 3e-2, 0.3)),
+    "L2 decay": ({"l2": True}, ("tails", 1, 1e-3, 0.1)),
+    "decay twice": ({"decay_twice": True}, ("tiny x300", 10, 1e-3, 0.1)),
+    "decay after the update": ({"decay_after": True}, ("tails", 3, 3e-2, 0.3)),
+    "bf16 state": ({"bf16_state": True}, ("tails", 1000, 6e-4, 0.0)),
+}
+
+
+@pytest.mark.parametrize("mistake", ADAMW_MISTAKES)
+def test_each_adamw_mistake_fails(mistake: str) -> None:
+    kwargs, case = ADAMW_MISTAKES[mistake]
+    x = _adamw_inputs(*case)
+    assert _adamw_failures(x, adamw_kernel_form(x, **kwargs))
+
+
+def test_a_master_rounded_to_bf16_fails() -> None:
+    x = _adamw_inputs("tails", 1, 1e-3, 0.1)
+    assert _adamw_failures(x, adamw_kernel_form(x, bf16=True, bf16_master=True), bf16=True)
+
+
+def test_decay_after_the_update_passes_where_lr_wd_is_small() -> None:
+    """Why the spec needs its lr = 3e-2, wd = 0.3 case: at lr = 1e-3, wd = 0.1 the difference
+    (lr^2 wd |u| = 1e-7 |u|) is within the tolerance, and the mistake would go unseen."""
+    x = _adamw_inputs("tails", 1, 1e-3, 0.1)
+    assert _adamw_failures(x, adamw_kernel_form(x, decay_after=True)) == []

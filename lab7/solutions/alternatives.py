@@ -154,3 +154,76 @@ ALTERNATIVES.update(
         ),
     }
 )
+
+# --- task 05: the multi-tensor AdamW ----------------------------------------------------------
+
+SRC05 = "05_adamw.cu"
+TABLE = (
+    "    // the table: thread tid counts the chunks of tensors [lo, hi), the block scans the counts\n"
+    "    const int per = (n + THREADS - 1) / THREADS;\n"
+    "    const int lo = min(n, tid * per), hi = min(n, lo + per);\n"
+    "    long long own = 0;\n"
+    "    for (int i = lo; i < hi; ++i) own += (sizes[i] + CHUNK - 1) / CHUNK;\n"
+    "    long long at = block_exclusive_scan(own, warp_totals);\n"
+    "    for (int i = lo; i < hi; ++i) {\n"
+    "        first[i] = at;\n"
+    "        at += (sizes[i] + CHUNK - 1) / CHUNK;\n"
+    "    }\n"
+    "    if (tid == THREADS - 1) first[n] = at;  // the last thread's running sum ends at the total\n"
+    "    __syncthreads();\n"
+    "    const long long chunks = first[n];\n"
+)
+SEARCH = (
+    "        int a = 0, b = n;  // first[a] <= c < first[b]\n"
+    "        while (b - a > 1) {\n"
+    "            const int mid = (a + b) / 2;\n"
+    "            if (first[mid] <= c) a = mid;\n"
+    "            else b = mid;\n"
+    "        }\n"
+    "        const int t = a;\n"
+)
+CHUNK_LOOP = "    for (long long c = blockIdx.x; c < chunks; c += gridDim.x) {\n"
+BEGIN = "        const int64_t begin = (c - first[t]) * (int64_t)CHUNK;\n"
+
+ALTERNATIVES.update(
+    {
+        "05_adamw.a_row_of_blocks_per_tensor": Alternative(
+            SRC05,
+            [
+                (TABLE, "    const int t = blockIdx.y;  // row t of the grid updates tensor t: no table\n"),
+                (CHUNK_LOOP, "    for (long long c = blockIdx.x; c * CHUNK < sizes[t]; c += gridDim.x) {\n"),
+                (SEARCH, ""),
+                (BEGIN, "        const int64_t begin = c * (int64_t)CHUNK;\n"),
+                (
+                    "    const size_t shared = (size_t)(n + 1) * sizeof(long long);\n",
+                    "    const size_t shared = (size_t)(n + 1) * sizeof(long long);\n"
+                    "    int sms = 0;\n"
+                    "    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));\n"
+                    "    const dim3 grid(2 * sms, n);  // 2 blocks an SM for every tensor; most exit at once\n",
+                ),
+                ("<<<blocks, THREADS, shared, stream>>>", "<<<grid, THREADS, shared, stream>>>"),
+            ],
+            "no chunk table: a 2-D grid, row t for tensor t, each row walking its tensor's chunks (n rows of"
+            " 2 x SMs blocks, in one launch); the blocks of small tensors find no work and exit",
+        ),
+        "05_adamw.linear_search_scalar_lerp": Alternative(
+            SRC05,
+            [
+                (
+                    SEARCH,
+                    "        int t = 0;  // the last tensor whose first chunk is at or before c\n"
+                    "        while (first[t + 1] <= c) ++t;\n",
+                ),
+                ("        if (!alike) {", "        if (true) {  // element by element everywhere"),
+                (
+                    "    m = fmaf(h.beta1, m, h.one_minus_beta1 * g);\n"
+                    "    v = fmaf(h.beta2, v, h.one_minus_beta2 * g * g);\n",
+                    "    m = m + h.one_minus_beta1 * (g - m);  // torch's lerp form\n"
+                    "    v = v + h.one_minus_beta2 * (g * g - v);\n",
+                ),
+            ],
+            "a chunk's tensor found by a linear walk of the table, no Packs (every element loaded on its own),"
+            " and m, v in torch's lerp form m + (1 - beta1)(g - m)",
+        ),
+    }
+)

@@ -342,10 +342,256 @@ VARIANTS.update(
     }
 )
 
+# --- task 05: the multi-tensor AdamW ----------------------------------------------------------
+# Most are caught first by its check `steps_carried` (five steps against torch.optim.AdamW, whose
+# report says where the first wrong element lies); the checks before it defer to it.
+
+SRC05 = "05_adamw.cu"
+DENOM = "    const float denom = sqrtf(v) * h.inv_sqrt_bc2 + h.eps;  // sqrt(v / bc2) + eps\n"
+UPDATE = "    p = p * h.decay - h.step_size * m / denom;"
+CORRECTIONS = (
+    "    const double bc1 = 1.0 - std::pow((double)beta1, step);\n"
+    "    const double bc2 = 1.0 - std::pow((double)beta2, step);\n"
+)
+LAUNCH = (
+    "    adamw_kernel<G, HAS_WEIGHTS><<<blocks, THREADS, shared, stream>>>"
+    "(params, grads, exp_avg, exp_avg_sq, weights,\n"
+    "                                                                       offsets, sizes, n, h);\n"
+)
+CHUNK_LOOP = "    for (long long c = blockIdx.x; c < chunks; c += gridDim.x) {"
+TO_BF16 = "__bfloat162float(__float2bfloat16_rn({}))"
+
+VARIANTS.update(
+    {
+        "05_adamw.eps_inside_the_root": Variant(
+            SRC05,
+            [(DENOM, "    const float denom = sqrtf(v * h.inv_sqrt_bc2 * h.inv_sqrt_bc2 + h.eps);  // eps inside\n")],
+            {"wrong"},
+            "step 1 of 5",
+            "adds eps under the square root, sqrt(vhat + eps): for gradients of 1e-8 (sqrt(vhat) = 1e-8) the"
+            " denominator is 1e-4 instead of 2e-8, and every tensor's update moves by a little",
+            mistake="eps inside the root",
+        ),
+        "05_adamw.no_bias_correction": Variant(
+            SRC05,
+            [
+                (
+                    "    h.step_size = (float)((double)lr / bc1);\n"
+                    "    h.inv_sqrt_bc2 = (float)(1.0 / std::sqrt(bc2));\n",
+                    "    h.step_size = lr;  // no bias correction\n    h.inv_sqrt_bc2 = 1.0f;\n",
+                )
+            ],
+            {"wrong"},
+            "step 1 of 5",
+            "no bias correction: at step 1 mhat is m = 0.1 g and vhat is v = 1e-3 g^2, an update of 3.16 instead of 1",
+            mistake="bias correction",
+        ),
+        "05_adamw.step_minus_one": Variant(
+            SRC05,
+            [(CORRECTIONS, CORRECTIONS.replace(", step)", ", step - 1)"))],
+            {"wrong"},
+            "step 1 of 5",
+            "bias corrections 1 - beta^(t - 1), as if `step` counted the steps already made: 0 at step 1 (an"
+            " infinite step size), then a little off",
+            mistake="step off by one",
+        ),
+        "05_adamw.l2_decay": Variant(
+            SRC05,
+            [
+                (
+                    "    float eps;\n};",
+                    "    float eps;\n    float l2;  // weight decay as an L2 term of the gradient\n};",
+                ),
+                (
+                    "    m = fmaf(h.beta1, m, h.one_minus_beta1 * g);\n",
+                    "    g = fmaf(h.l2, p, g);  // Adam with L2: wd p joins the gradient\n"
+                    "    m = fmaf(h.beta1, m, h.one_minus_beta1 * g);\n",
+                ),
+                (
+                    "    h.decay = (float)(1.0 - (double)lr * (double)weight_decay);\n",
+                    "    h.decay = 1.0f;\n    h.l2 = weight_decay;\n",
+                ),
+            ],
+            {"wrong"},
+            "exp_avg",
+            "Adam with an L2 penalty, not AdamW: wd p is added to the gradient, so it enters m and v and is scaled"
+            " by the adaptive denominator instead of decaying the weight",
+            mistake="L2 decay",
+        ),
+        "05_adamw.decay_twice": Variant(
+            SRC05,
+            [(UPDATE, "    p = p * h.decay * h.decay - h.step_size * m / denom;")],
+            {"wrong"},
+            "step 1 of 5",
+            "decays the parameter twice (once as the formula says, once more as a separate step): off by lr wd |p|",
+            mistake="decay twice",
+        ),
+        "05_adamw.decay_after_the_update": Variant(
+            SRC05,
+            [(UPDATE, "    p = (p - h.step_size * m / denom) * h.decay;")],
+            {"wrong"},
+            "",
+            "decays after the Adam step, (p - lr u)(1 - lr wd), where torch decays before: off by lr^2 wd |u|,"
+            " within the tolerance at lr = 1e-3 and caught by the case at lr = 3e-2, wd = 0.3",
+            mistake="decay after the update",
+        ),
+        "05_adamw.state_not_written": Variant(
+            SRC05,
+            [
+                ("            m[e] = me;\n            v[e] = ve;\n", ""),
+                (
+                    "            *reinterpret_cast<float4*>(m + e) = mm;\n"
+                    "            *reinterpret_cast<float4*>(v + e) = vv;\n",
+                    "",
+                ),
+            ],
+            {"wrong"},
+            "exp_avg",
+            "updates the parameters from the new m and v but never stores them: the next step starts from the old"
+            " state",
+            mistake="state not written",
+        ),
+        "05_adamw.tail_dropped": Variant(
+            SRC05,
+            [("        for (int64_t e = body + 4 * (int64_t)packs + tid; e < end; e += THREADS) scalar(e);\n", "")],
+            {"wrong"},
+            "of tensor",
+            "no scalar tail after the Packs: the last 1 to 3 elements of a tensor (after its head) are never updated",
+            mistake="tails",
+        ),
+        "05_adamw.first_tensor_only": Variant(
+            SRC05,
+            [(CHUNK_LOOP, CHUNK_LOOP.replace("c < chunks;", "c < first[1];"))],
+            {"wrong"},
+            "of tensor",
+            "walks the chunks of tensor 0 only: the rest of the list keeps its old values",
+            mistake="one tensor only",
+        ),
+        "05_adamw.size_from_offsets": Variant(
+            SRC05,
+            [
+                (
+                    "        const int64_t end = min(sizes[t], begin + CHUNK);\n",
+                    "        const int64_t end = min(t + 1 < n ? offsets[t + 1] - off : sizes[t], begin + CHUNK);\n",
+                )
+            ],
+            {"wrong"},
+            "gap",
+            "takes a tensor to end where the next one starts (offsets[t + 1] - offsets[t]), as if the list were"
+            " packed end to end: the gap between them is updated too",
+            mistake="gaps and offsets",
+        ),
+        "05_adamw.params_alignment_only": Variant(
+            SRC05,
+            [
+                (
+                    "        bool alike = on_grid(m + head, 16) && on_grid(v + head, 16)"
+                    " && on_grid(g + head, 4 * sizeof(G));\n"
+                    "        if constexpr (HAS_WEIGHTS) alike = alike && on_grid(w + head, 8);\n",
+                    "        bool alike = true;  // where params sit on the grid, the others do too?\n",
+                )
+            ],
+            {"crash"},
+            "misaligned",
+            "takes the params' head for every arena: right while all arenas start on the 16-byte grid, a misaligned"
+            " load once the gradients sit one element off it",
+            mistake="alignment",
+        ),
+        "05_adamw.bf16_state": Variant(
+            SRC05,
+            [
+                (
+                    DENOM,
+                    "    m = " + TO_BF16.format("m") + ";  // the state stored in bf16\n"
+                    "    v = " + TO_BF16.format("v") + ";\n" + DENOM,
+                )
+            ],
+            {"wrong"},
+            "step 1 of 5",
+            "keeps exp_avg and exp_avg_sq in bf16 precision (8 bits): off by up to 2^-9 of each, and the update with"
+            " them",
+            mistake="bf16 state",
+        ),
+        "05_adamw.no_master": Variant(
+            SRC05,
+            [
+                (
+                    "            float pe = p[e], me = m[e], ve = v[e];\n",
+                    "            float pe = HAS_WEIGHTS ? "
+                    + TO_BF16.format("p[e]")
+                    + " : p[e], me = m[e], ve = v[e];\n",
+                ),
+                (
+                    "            float4 pp = *reinterpret_cast<const float4*>(p + e);\n",
+                    "            float4 pp = *reinterpret_cast<const float4*>(p + e);\n"
+                    "            if constexpr (HAS_WEIGHTS) {  // the bf16 weight is the parameter\n"
+                    "                pp.x = " + TO_BF16.format("pp.x") + ";\n"
+                    "                pp.y = " + TO_BF16.format("pp.y") + ";\n"
+                    "                pp.z = " + TO_BF16.format("pp.z") + ";\n"
+                    "                pp.w = " + TO_BF16.format("pp.w") + ";\n"
+                    "            }\n",
+                ),
+            ],
+            {"wrong"},
+            "adamw_bf16_master",
+            "updates the bf16 weight, not the float32 master: every step starts from a parameter rounded to 8 bits,"
+            " and an update of 1e-3 of a weight is lost in the rounding",
+            mistake="master copy",
+        ),
+        "05_adamw.default_stream": Variant(
+            SRC05,
+            [(", shared, stream>>>", ", shared>>>")],
+            {"wrong"},
+            "CUDA graph",
+            "launches on the default stream, not on `stream`: a capture on another stream fails",
+            mistake="wrong stream",
+        ),
+        "05_adamw.int_offsets": Variant(
+            SRC05,
+            [
+                (
+                    "        const int64_t off = offsets[t];\n",
+                    "        const int off = (int)offsets[t];  // 32-bit offsets\n",
+                )
+            ],
+            {"crash", "wrong"},
+            "",
+            "a tensor's offset into the arenas kept in an int: the tensor that starts past 2^31 elements is looked"
+            " for 8 GB before the arena",
+            huge=True,
+            mistake="32-bit offsets",
+        ),
+        "05_adamw.two_launches": Variant(
+            SRC05,
+            [
+                (
+                    CHUNK_LOOP,
+                    "    for (long long c = blockIdx.x + block0; c < chunks; c += 2 * (long long)gridDim.x) {",
+                ),
+                (
+                    "const int64_t* __restrict__ sizes, int n, Hyper h) {",
+                    "const int64_t* __restrict__ sizes, int n, Hyper h, int block0) {",
+                ),
+                (
+                    LAUNCH,
+                    "    for (int half = 0; half < 2; ++half)  // the chunks in two launches of `blocks` blocks\n"
+                    "        adamw_kernel<G, HAS_WEIGHTS><<<blocks, THREADS, shared, stream>>>(\n"
+                    "            params, grads, exp_avg, exp_avg_sq, weights, offsets, sizes, n, h, half * blocks);\n",
+                ),
+            ],
+            {"rule violation"},
+            "the task asks for one",
+            "right values from two launches (each walks every other block's chunks): the contract asks for one",
+            mistake="more than one launch",
+        ),
+    }
+)
+
 # graded with the cases past 2^31 elements
 HUGE: list[str] = [
     "01_cross_entropy.int_offsets",
     "02_norm_backward.int_offsets",
+    "05_adamw.int_offsets",
 ]
 # one variant of the task per grading run
 BATCHES = [[name] for name in VARIANTS if name not in HUGE]
