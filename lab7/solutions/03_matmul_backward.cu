@@ -17,7 +17,7 @@
 //            unaligned pointer: cudaErrorInvalidValue, before anything runs.
 //              linear_backward_bf16:      dx = dy W, dW = dyᵀ x, db[j] = Σ_i dy[i, j]
 //              gelu_linear_backward_bf16: dW = dyᵀ a, db[j] = Σ_i dy[i, j],
-//                                         dh = gelu'(h) ⊙ (dy W), dbh[k] = Σ_i dh[i, k]
+//                                         dh = gelu'(h) ⊙ (dy W), dbh[k] = Σ_i dh[i, k] (of the bf16 dh written)
 //            gelu is cuBLASLt's: the tanh approximation, 0.5 h (1 + tanh(√(2/π) (h + 0.044715 h³))),
 //            as torch's gelu(approximate="tanh") and GPT-2's; a is gelu(h) as the forward pass saved it.
 //            Every product and sum accumulates in float32 (CUBLAS_COMPUTE_32F) and is rounded to bf16
