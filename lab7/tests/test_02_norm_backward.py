@@ -530,10 +530,11 @@ TASK = CudaTask(
     checks=[scratch_contract, off_the_grid, deterministic_sums, on_the_stream_argument],
     timeout=180,
     rules=[NO_LIBRARIES],
-    # Of a copy of the least traffic (dy and x read, dx written). PLACEHOLDER: set from the H200
-    # measurement (make bench-lab7 SOLUTIONS=1), then gate=True like task 01's.
+    # Of a copy of the least traffic (dy and x read, dx written). From the reference on an H200
+    # (make bench-lab7 SOLUTIONS=1, 2026-11-29): float32 65-75% of a copy, bf16 layer norm 47-49%,
+    # bf16 RMSNorm 61-64%; 40% leaves the slowest a margin. Not a gate of make verify yet.
     perf=[
-        PerfTarget(_symbol(norm, dt), "share_of_copy", 0.5, 0.5, gate=False, case=label(*shape))
+        PerfTarget(_symbol(norm, dt), "share_of_copy", 0.4, 0.5, gate=False, case=label(*shape))
         for norm in NORMS
         for dt in DTYPES
         for shape in (TIMING, TIMING_WIDE)

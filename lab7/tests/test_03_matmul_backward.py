@@ -125,6 +125,14 @@ GELU = "gelu_linear_backward_bf16"
 ENTRIES = (PLAIN, GELU)
 STREAM = Scalar("stream", "u64")
 TOLERANCE = {"bf16": (1e-3, 8e-3)}
+# dbh sums N values of dh that the epilogue forms and rounds in its own way: where one of them
+# lands on the neighbouring bf16, dbh moves by that value's ulp, 2^-7 = 0.0078 for |dh| in [2, 4)
+# (dh = gelu'(h) (dy W) reaches 4 and more here), and where a few rows cancel (N = 3, 5) that is no
+# small part of dbh. Seen on an H200: off by 1.5e-3 at 3x40x24 and by 6.3e-3 at 5x3072x768 against
+# the sum of the reference's rounded dh. atol 3e-2 covers four such ulps; every output of this entry
+# is of order 1 or more in most of its elements (dh, dW = dyᵀ a, db and dbh of order N), so zeros
+# and the other mistakes still fail.
+GELU_TOLERANCE = {"bf16": (3e-2, 8e-3)}
 MEAN = 0.5  # dy's mean: db = Σ_i dy is large
 COLUMN_MEAN = 5.0  # W's columns sum to about ±5 sqrt(M) (times its scale): dbh is large too
 H_SCALE = 2.0  # h's spread: most of it in GELU's bend, |h| < 3
@@ -376,7 +384,15 @@ TASK = CudaTask(
     sources=["03_matmul_backward.cu"],
     entries=[
         Entry(PLAIN, ARGS_PLAIN, reference=reference_plain, baseline=torch_plain, flops=flops, flop_peak="tensor"),
-        Entry(GELU, ARGS_GELU, reference=reference_gelu, baseline=torch_gelu, flops=flops, flop_peak="tensor"),
+        Entry(
+            GELU,
+            ARGS_GELU,
+            reference=reference_gelu,
+            baseline=torch_gelu,
+            flops=flops,
+            flop_peak="tensor",
+            tolerance=GELU_TOLERANCE,
+        ),
     ],
     cases=[Case(label(*s), N=s[0], K=s[1], M=s[2]) for s in SHAPES]
     + [Case(label(*TIMING), N=TIMING[0], K=TIMING[1], M=TIMING[2])],
@@ -400,10 +416,10 @@ TASK = CudaTask(
             only=True,
         ),
     ],
-    # Not gates yet: placeholders, to be set from the H200 measurement (make bench-lab7 SOLUTIONS=1).
-    # The reference does what torch does in two matmuls plus an elementwise pass and one or two
-    # reductions, so it should reach 1.0x at least.
-    perf=[PerfTarget(symbol, "speedup", 1.0, 2, gate=False) for symbol in ENTRIES],
+    # Against torch's own backward in the same run. The reference on an H200 (make test-lab7 TASK=03
+    # SOLUTIONS=1, 2026-11-29): the plain layer 1.09x, the GELU layer 0.70x (cuBLASLt ran the
+    # DGELU_BGRAD epilogue as a kernel of its own after the matmul, 4 launches in all). Not gates yet.
+    perf=[PerfTarget(symbol, "speedup", 1.0 if symbol == PLAIN else 0.6, 2, gate=False) for symbol in ENTRIES],
 )
 
 
