@@ -555,8 +555,16 @@ def on_the_stream_argument(ctx: RunContext) -> None:
     mine = {e: {**x, **out[e]} for e in ENTRIES}
     first = {e: entry_reference(e)(x) for e in ENTRIES}  # what the run before the capture must give
     graph = ctx.captured([(e, {k: v for k, v in mine[e].items() if k != "stream"}) for e in ENTRIES])
-    if any(_wrong(mine[e], first[e]) for e in ENTRIES):
-        return  # wrong outside the graph already: the cases report it, in their own words
+    moved = [e for e in ENTRIES if _wrong(mine[e], first[e])]
+    if moved:
+        # the call before the capture was right (steps_carried, before this check, judged the same
+        # arithmetic), so the state moved during the capture itself: a launch that the capture did
+        # not take ran there and then, on another stream (seen on an H200 with a default-stream launch)
+        ctx.fail(
+            f"{' and '.join(moved)}: the parameters changed while the call was being captured into a CUDA "
+            "graph on torch's capture stream: a kernel ran then instead of being captured. Launch on the "
+            "`stream` argument (the fourth launch parameter), never on the default stream"
+        )
     for replay in range(2):
         fresh = _inputs(rng, "tails", 3)
         for e in ENTRIES:
