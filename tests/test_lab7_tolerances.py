@@ -26,15 +26,16 @@ from grader.tasks.spec import Rng  # noqa: E402
 SPEC = Path(__file__).resolve().parents[1] / "lab7" / "tests" / "test_01_cross_entropy.py"
 
 
-def _spec() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("lab7_cross_entropy_spec", SPEC)
+def _load(name: str, path: Path) -> ModuleType:
+    """A task's spec file as a module of its own (each task's section below loads its spec with it)."""
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-S = _spec()
+S = _load("lab7_cross_entropy_spec", SPEC)
 SMALL = [s for s in S.SHAPES if s[0] * s[1] <= 1 << 21]
 
 
@@ -135,15 +136,7 @@ def test_log_sum_exp_first_passes_the_large_logits_check(dt: str) -> None:
 NB_SPEC = Path(__file__).resolve().parents[1] / "lab7" / "tests" / "test_02_norm_backward.py"
 
 
-def _nb_spec() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("lab7_norm_backward_spec", NB_SPEC)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-NB = _nb_spec()
+NB = _load("lab7_norm_backward_spec", NB_SPEC)
 NB_SMALL = [s for s in NB.SHAPES if s[0] * s[1] <= 1 << 16]
 
 
@@ -312,15 +305,7 @@ def test_each_forgotten_term_fails(drop: str, dt: str) -> None:
 MB_SPEC = Path(__file__).resolve().parents[1] / "lab7" / "tests" / "test_03_matmul_backward.py"
 
 
-def _mb_spec() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("lab7_matmul_backward_spec", MB_SPEC)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-MB = _mb_spec()
+MB = _load("lab7_matmul_backward_spec", MB_SPEC)
 MB_SMALL = [s for s in MB.SHAPES if s[0] * s[1] * s[2] <= 1 << 21]  # the calibration's cases
 MB_SHAPES = [*MB_SMALL, (5, 3072, 768)]
 
@@ -442,15 +427,7 @@ def test_03_dbh_from_the_unrounded_dh_passes_from_33_rows(shape: tuple[int, int,
 ADAMW = Path(__file__).resolve().parents[1] / "lab7" / "tests" / "test_05_adamw.py"
 
 
-def _adamw_spec() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("lab7_adamw_spec", ADAMW)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-A = _adamw_spec()
+A = _load("lab7_adamw_spec", ADAMW)
 ADAMW_SMALL = [c for c in A.CASES if A.layout(c[0])[2] <= 1 << 16]
 
 
