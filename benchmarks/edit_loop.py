@@ -3,7 +3,7 @@
 Measured in one run, on one GPU: the grader's edit-and-retest loop, `make test-lab1 TASK=01`
 (warm: fork server up, the other tasks cached), and the same with pytest alone (no head start);
 the same kernel rebuilt through torch.utils.cpp_extension.load_inline after the same edit (the
-usual alternative); the PyTorch-extension kind's loop; and grading all of lab 1 from a cold build
+usual alternative); the PyTorch-extension task's loop (lab 3 task 06); and grading all of lab 1 from a cold build
 cache.
 
     python benchmarks/edit_loop.py          (or: make bench-grader)
@@ -120,39 +120,44 @@ def where_the_time_goes() -> dict[str, float]:
 
 
 def extension_edit_loop() -> tuple[list[float], dict[str, float]]:
-    """The PyTorch-extension kind's loop on its fixture (fixtures/91, grader/tests/fixtures/torch_ext):
-    one line of the kernel edited, then the task graded again in this process (static checks, a
-    forked task process, the incremental cpp_extension build, values, opcheck, gradcheck,
-    torch.compile). The kernel is a copy at a fixed place, so its build directory stays warm.
+    """The PyTorch-extension task's loop, lab 3 task 06 (the reference solution's files): one line of
+    the kernel edited, then the task graded again in this process (static checks, a forked task
+    process, the incremental cpp_extension build of the kernel's file, values, opcheck, gradcheck,
+    torch.compile, the custom checks and the 100-step training). The kernel is a copy at a fixed
+    place, so its build directory stays warm and the binding (06_extension_op.cpp) is never rebuilt.
     Returns the seconds of each edited run and, per step of the task process, its median seconds."""
     from grader.parent import runner
     from grader.tasks.catalogue import load_task
 
-    fixture = ROOT / "grader" / "tests" / "fixtures" / "torch_ext"
-    task = load_task(fixture / "tests" / "test_91_scaled_add.py")
-    original = (fixture / "91_scaled_add.cu").read_text()
-    copy = paths.BUILD / "torch_ext-edit-loop" / "91_scaled_add.cu"
+    lab3 = ROOT / "lab3"
+    task = load_task(lab3 / "tests" / "test_06_extension.py")
+    original = (lab3 / "solutions" / "06_extension.cu").read_text()
+    copy = paths.BUILD / "torch_ext-edit-loop" / "06_extension.cu"
     copy.parent.mkdir(parents=True, exist_ok=True)
+    files = {"06_extension.cu": copy, "06_extension.py": lab3 / "solutions" / "06_extension.py"}
 
     steps: list[dict[str, float]] = []
 
     def grade(text: str) -> float:
         copy.write_text(text)
         t = time.perf_counter()
-        (r,) = runner.grade([task], runner.Options(timing=TimingMode.OFF), {task.task_id: {"91_scaled_add.cu": copy}})
+        (r,) = runner.grade([task], runner.Options(timing=TimingMode.OFF), {task.task_id: files})
         if str(r.verdict) != "pass":
-            raise SystemExit(f"the extension fixture did not pass: {r.verdict}: {r.message}")
+            raise SystemExit(f"lab 3 task 06's reference did not pass: {r.verdict}: {r.message}")
         steps.append(r.step_seconds)
         return time.perf_counter() - t
 
-    grade(original)  # builds what the edits leave alone, and starts the fork server where none runs
+    grade(original)  # builds the binding, and starts the fork server where none runs
     deadline = time.time() + 60
     while forkserver.connect() is None and time.time() < deadline:
         time.sleep(0.5)
     grade(original)  # from the fork server
-    line = "constexpr int kThreads = 256;"
+    line = "constexpr int TILE = 16;"
+    assert line in original, f"{line!r} is no longer in lab3/solutions/06_extension.cu"
     steps.clear()
-    edited = [grade(original.replace(line, f"constexpr int kThreads = {(128, 64)[k % 2]};")) for k in range(REPEATS)]
+    edited = [
+        grade(original.replace(line, f"constexpr int TILE = {(32, 16)[k % 2]};  // edit {k}")) for k in range(REPEATS)
+    ]
     names = sorted({k for s in steps for k in s})
     return edited, {k: statistics.median(s.get(k, 0.0) for s in steps) for k in names}
 
@@ -236,7 +241,7 @@ def main() -> int:
         print(f"grade all of lab 1 from a cold cache (no fork server): {results['lab1_cold_s']:.1f} s")
     e = statistics.median(results["torch_ext_edit_s"])  # type: ignore[arg-type]
     print(
-        f"PyTorch extension (fixtures/91) re-run after a one-line kernel edit (median of {REPEATS}): {e:.2f} s; "
+        f"PyTorch-extension task (lab 3 task 06) re-run after a one-line kernel edit (median of {REPEATS}): {e:.2f} s; "
         "goal 3 s; in its task process: "
         + ", ".join(f"{k} {v:.2f} s" for k, v in sorted(ext_steps.items(), key=lambda kv: -kv[1]))
     )

@@ -3,7 +3,7 @@
 Implement: the fake (meta) function, which says what the op returns (shape, dtype, device) without
            computing it, and the backward, which turns grad_y into the gradients of x, w and b.
 Contract:  the op is lab3ext::linear(x (B, in), w (out, in), b (out,)) -> y (B, out) = x·wᵀ + b,
-           registered from C++ by 06_extension.cu; the grader imports this file once the extension
+           registered from C++ by 06_extension_op.cpp; the grader imports this file once the extension
            is loaded. The backward computes its two products with torch.ops.lab3ext.linear itself
            (your kernel): no torch.matmul, no `@`. Every gradient has its input's shape.
 Test:      make test-lab3 TASK=06

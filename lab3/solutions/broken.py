@@ -545,36 +545,31 @@ VARIANTS: dict[str, Variant] = {
         "the launch waits for the whole device after the kernel, to report the kernel's errors at the call",
         mistake="not capturable",
     ),
-    "06_extension.binding_skips_contiguous": Variant(
-        "06_extension.cu",
-        [
-            (
-                "    const at::Tensor xc = x.contiguous(), wc = w.contiguous(), bc = b.contiguous();\n",
-                "    const at::Tensor xc = x, wc = w, bc = b;  // no copies: the kernel reads them where they are\n",
-            )
-        ],
-        {"wrong"},
-        # contiguous inputs pass; the case 7x33->17 with x a transposed view and w, b strided reads other
-        # elements (gradcheck, whose backward passes w.t(), would fail it later too)
-        "non-contiguous",
-        "the binding (the course's, edited to save the copies) hands the kernel data pointers of strided views",
-        mistake="non-contiguous inputs",
-    ),
     "06_extension.forward_by_aten": Variant(
         "06_extension.cu",
         [
-            ("#include <ATen/ops/empty.h>\n", "#include <ATen/ops/empty.h>\n#include <ATen/ops/addmm.h>\n"),
             (
-                '    // "CUDA error" is what the grader reads as a crash of yours\n',
+                "#include <cstddef>\n",
+                "#include <ATen/ops/addmm.h>\n#include <ATen/ops/from_blob.h>\n\n#include <cstddef>\n",
+            ),
+            (
+                "    linear_kernel<T><<<grid, block, 0, stream>>>(x, w, b, y, B, in, out);\n",
                 "    namespace lib = at;  // the product by ATen (cuBLAS), spelled so that no text rule sees it\n"
-                "    y.copy_(lib::addmm(bc, xc, wc.t()));\n"
-                '    // "CUDA error" is what the grader reads as a crash of yours\n',
+                "    int device = 0;\n"
+                "    CUDA_CHECK(cudaGetDevice(&device));\n"
+                "    const auto opts = lib::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value)"
+                ".device(c10::Device(c10::DeviceType::CUDA, device));\n"
+                "    const auto xt = lib::from_blob(const_cast<T*>(x), {B, in}, opts);\n"
+                "    const auto wt = lib::from_blob(const_cast<T*>(w), {out, in}, opts);\n"
+                "    const auto bt = lib::from_blob(const_cast<T*>(b), {out}, opts);\n"
+                "    auto yt = lib::from_blob(y, {B, out}, opts);\n"
+                "    lib::addmm_out(yt, bt, xt, wt.t());\n",
             ),
         ],
         {"rule violation"},
         "as compiled, calls at::_ops::addmm",
-        "the forward's result comes from ATen's addmm through a namespace alias: the compiled .cu refers to"
-        " at::_ops::addmm",
+        "the launcher wraps the raw pointers as tensors and has ATen's addmm_out (cuBLAS) compute y, through a"
+        " namespace alias: the compiled .cu refers to at::_ops::addmm_out",
         mistake="a library does the work",
     ),
     "06_extension.grad_x_by_broadcast": Variant(
@@ -726,7 +721,7 @@ BATCHES = [
         "05_cutlass.wide_kernel_by_widths_only",
         "06_extension.synchronizes_in_the_op",
     ],
-    ["04_cudnn.direct_filter_transposed", "06_extension.binding_skips_contiguous", "07_faster.weights_copied_once"],
+    ["04_cudnn.direct_filter_transposed", "07_faster.weights_copied_once"],
     ["04_cudnn.graph_rebuilt_every_call", "06_extension.grad_x_by_broadcast", "07_faster.lt_in_tf32"],
     ["06_extension.forward_by_aten"],
     ["06_extension.products_in_tf32"],

@@ -7,8 +7,9 @@ What is checked, through torch as a user meets the op:
 - values, float32, on B in {1, 7, 64} and (in, out) in {(784, 1000), (1000, 10), (33, 17)}: fc1's
   and fc2's shapes and one whose edges are no multiple of any tile; two random draws each; and at
   7 x 33 -> 17 and 64 x 784 -> 1000 with non-contiguous inputs (x a transposed view, w and b every
-  other element of a larger tensor), which the op must accept as torch's own ops do (its binding
-  makes them contiguous: a pointer read as if they were gives other values);
+  other element of a larger tensor), which the op must accept as torch's own ops do (the course's
+  binding, 06_extension_op.cpp, makes them contiguous: a pointer read as if they were gives other
+  values);
 - torch.autograd.gradcheck in float64 (the kernel is templated; finite differences need float64)
   on B = 7, 33 -> 17: 809 perturbed inputs, each two forward calls, so it stays under a second;
 - torch.library.opcheck on the same case (schema, fake against the real op, the autograd
@@ -303,6 +304,7 @@ TASK = TorchExtensionTask(
     number="06",
     title="your linear kernel as a PyTorch operator (torch.library)",
     sources=["06_extension.cu", "06_extension.py"],
+    course_sources=["06_extension_op.cpp"],
     register="06_extension.py",
     extension="lab3_extension",
     ops=[
@@ -340,7 +342,6 @@ TASK = TorchExtensionTask(
             " inputs requiring grad (a gradient of the wrong shape)"
         ),
         "fake shape": "opcheck's test_faketensor: the fake against the real op's output",
-        "non-contiguous inputs": "the cases at 7x33->17 and 64x784->1000 with a transposed x and strided w and b",
         "wrong stream": "the check runs_on_the_callers_stream: new x copied in behind a sleep on a side stream",
         "not capturable": "the check captures_into_a_cuda_graph: captured, then replayed on new values",
         "backward not through the op": "the check backward_calls_the_op: lab3ext::linear twice in one backward",
