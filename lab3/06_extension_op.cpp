@@ -64,7 +64,7 @@ at::Tensor linear_cuda(const at::Tensor& x, const at::Tensor& w, const at::Tenso
     }
     // "CUDA error" is what the grader reads as a crash of yours
     TORCH_CHECK(err == cudaSuccess, "CUDA error: ", cudaGetErrorName(err), " (", cudaGetErrorString(err),
-                ") launching lab3ext::linear for x of shape ", x.sizes(), " and w of shape ", w.sizes(),
+                ") launching lab3ext::linear",
                 err == cudaErrorNotYetImplemented ? ": the skeleton's stub `return` is still in place" : "");
     return y;
 }
