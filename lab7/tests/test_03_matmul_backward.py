@@ -418,8 +418,10 @@ TASK = CudaTask(
     ],
     # Against torch's own backward in the same run. The reference on an H200 (make test-lab7 TASK=03
     # SOLUTIONS=1, 2026-11-29): the plain layer 1.09x, the GELU layer 0.70x (cuBLASLt ran the
-    # DGELU_BGRAD epilogue as a kernel of its own after the matmul, 4 launches in all). Not gates yet.
-    perf=[PerfTarget(symbol, "speedup", 1.0 if symbol == PLAIN else 0.6, 2, gate=False) for symbol in ENTRIES],
+    # DGELU_BGRAD epilogue as a kernel of its own after the matmul, 4 launches in all). The gates, which
+    # make verify holds the reference to, leave each about 20% for the run-to-run spread of two
+    # cuBLAS-bound timings: 0.9x and 0.55x.
+    perf=[PerfTarget(symbol, "speedup", 0.9 if symbol == PLAIN else 0.55, 2, gate=True) for symbol in ENTRIES],
 )
 
 
