@@ -138,3 +138,19 @@ def test_every_section_a_todo_names_is_in_its_chapter():
                     if not any(name == h or name in h for h in headings):
                         missing.append(f"{paths.rel(sol)}: {name!r}")
         assert not missing, f"{lab.name}: TODO hints name sections the chapter does not have: {sorted(set(missing))}"
+
+
+@pytest.mark.parametrize(
+    "task",
+    [t for t in catalogue.all_tasks() if t.kind == "torch_ext"],
+    ids=lambda t: t.task_id,
+)
+def test_an_extensions_student_files_include_no_torch_header(task):
+    """The files a student edits in a PyTorch-extension task leave torch's headers to the course's
+    binding: through nvcc or g++ they cost tens of seconds a build, and ninja recompiles an edited
+    file on every run (grader/tasks/torch_ext.py says so too)."""
+    heavy = re.compile(r'^\s*#\s*include\s*[<"](torch/|ATen/|c10/|pybind11/)', re.M)
+    for rel in task.sources:
+        if rel.endswith((".cu", ".cpp", ".cc", ".cxx")):
+            text = (task.lab_dir() / rel).read_text(encoding="utf-8")
+            assert not heavy.search(text), f"{task.task_id}: {rel} includes a torch header: move it to a course file"
