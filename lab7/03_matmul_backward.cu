@@ -40,6 +40,7 @@
 
 #include "course.h"
 #include "course_cublas.h"
+#include "course_cublaslt.h"
 
 using bf16 = __nv_bfloat16;
 
@@ -48,8 +49,8 @@ using bf16 = __nv_bfloat16;
 constexpr size_t LT_WORKSPACE_BYTES = 32u << 20;
 
 // ---------------------------------------------------------------------------------------------
-// Given: the handle and its workspace, made once; the descriptors of one matmul, destroyed on every
-// way out; a pointer's alignment, for the heuristic.
+// Given: the handle and its workspace, made once (the descriptors of one matmul, destroyed on every
+// way out, and a pointer's alignment, for the heuristic, are course_cublaslt.h's).
 // ---------------------------------------------------------------------------------------------
 
 struct Lt {
@@ -71,26 +72,7 @@ static Lt g_lt;
     return cudaSuccess;
 }
 
-struct LtDescriptors {
-    cublasLtMatmulDesc_t op = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-    cublasLtMatmulPreference_t pref = nullptr;
-    ~LtDescriptors() {
-        if (pref) cublasLtMatmulPreferenceDestroy(pref);
-        if (d) cublasLtMatrixLayoutDestroy(d);
-        if (b) cublasLtMatrixLayoutDestroy(b);
-        if (a) cublasLtMatrixLayoutDestroy(a);
-        if (op) cublasLtMatmulDescDestroy(op);
-    }
-};
-
-// The largest power of two, up to the 256 bytes cuBLASLt assumes unless told, that divides p's address.
-[[maybe_unused]] static uint32_t alignment_of(const void* p) {
-    uint32_t bytes = 256;
-    while (reinterpret_cast<uintptr_t>(p) % bytes != 0) bytes /= 2;
-    return bytes;
-}
-
+// Whether p allows 16-byte vector loads: the entry points refuse a pointer that does not.
 [[maybe_unused]] static bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // ---------------------------------------------------------------------------------------------

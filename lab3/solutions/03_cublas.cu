@@ -21,6 +21,7 @@
 
 #include "course.h"
 #include "course_cublas.h"
+#include "course_cublaslt.h"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -102,27 +103,6 @@ COURSE_API cudaError_t linear_gemmex(const float* x, const float* w, const float
     //~ return cudaErrorNotYetImplemented;
     // TODO(lab3/03) end
 }
-
-// The largest power of two, up to the 256 bytes cuBLASLt assumes unless told, that divides p's address.
-inline uint32_t alignment_of(const void* p) {
-    uint32_t bytes = 256;
-    while (reinterpret_cast<uintptr_t>(p) % bytes != 0) bytes /= 2;
-    return bytes;
-}
-
-// Destroys whatever of a matmul's descriptors exists, on every way out of linear_relu_lt.
-struct LtDescriptors {
-    cublasLtMatmulDesc_t op = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-    cublasLtMatmulPreference_t pref = nullptr;
-    ~LtDescriptors() {
-        if (pref) cublasLtMatmulPreferenceDestroy(pref);
-        if (d) cublasLtMatrixLayoutDestroy(d);
-        if (b) cublasLtMatrixLayoutDestroy(b);
-        if (a) cublasLtMatrixLayoutDestroy(a);
-        if (op) cublasLtMatmulDescDestroy(op);
-    }
-};
 
 // max(x (B, in) @ wᵀ (in, out) + b, 0) -> y (B, out), row-major, in one cublasLtMatmul.
 COURSE_API cudaError_t linear_relu_lt(const float* x, const float* w, const float* b, float* y, int B,
