@@ -296,6 +296,15 @@ def _judge(
             ctx.fail(f"{where}: {report}. {hint}")
 
 
+def _wrong(dt: str, out: dict[str, Any], want: dict[str, Any]) -> bool:
+    """Whether any output is past the tolerance (the checks below leave such a kernel to the cases,
+    whose reports say where)."""
+    from grader.child.compare import bad_mask
+
+    atol, rtol = TOLERANCE[dt]
+    return any(bool(bad_mask(out[name], w.to(out[name].device), atol, rtol).any()) for name, w in want.items())
+
+
 def refuses_other_head_dims(ctx: RunContext) -> None:
     """D = 32, 96, 256: cudaErrorInvalidValue, nothing written."""
     import torch
@@ -325,6 +334,10 @@ def past_fp16_range(ctx: RunContext) -> None:
     for bh, t, d, causal in ((2, 200, 64, 1), (2, 77, 128, 0)):
         x = _inputs(rng, bh, t, d, causal)
         want = entry_reference("bf16")(x)
+        out = _outputs("bf16", bh, t, d, float("nan"))
+        _call(ctx, symbol, {**x, **out}, f"{symbol} on BH={bh},T={t},D={d}")
+        if _wrong("bf16", out, want):
+            return  # wrong at the usual scale already: the cases say where
         big = {**x, "dOb": x["dOb"] * PAST_FP16}  # exact: a power of two
         out = _outputs("bf16", bh, t, d, float("nan"))
         where = f"{symbol} on BH={bh},T={t},D={d}{' causal' if causal else ''} with dO times 2^17"
@@ -375,8 +388,22 @@ def on_the_stream_argument(ctx: RunContext) -> None:
     bh, t, d, causal = 2, 150, 64, 1
     x = _inputs(rng, bh, t, d, causal)
     outs = {dt: _outputs(dt, bh, t, d, float("nan")) for dt in ENTRIES}
+    first = {dt: entry_reference(dt)(x) for dt in ENTRIES}  # what the calls before the capture give
+    for dt, symbol in ENTRIES.items():
+        _call(ctx, symbol, {**x, **outs[dt]}, f"{symbol} on BH={bh},T={t} causal, before the capture")
+        if _wrong(dt, outs[dt], first[dt]):
+            return  # wrong on the default stream already: the cases say where
     inputs = {k: v for k, v in x.items() if k != "stream"}
     graph = ctx.captured([(symbol, {**inputs, **outs[dt]}) for dt, symbol in ENTRIES.items()])
+    moved = [symbol for dt, symbol in ENTRIES.items() if _wrong(dt, outs[dt], first[dt])]
+    if moved:
+        # right before the capture, so a kernel ran while the call was being captured (on another
+        # stream) and added into dQ32 a second time
+        ctx.fail(
+            f"{' and '.join(moved)}: the outputs changed while the call was being captured into a CUDA graph on "
+            "torch's capture stream: a kernel ran then instead of being captured. Launch every kernel on the "
+            "`stream` argument (the fourth launch parameter), never on the default stream"
+        )
     for replay in range(2):
         fresh = _inputs(rng, bh, t, d, causal)
         for name, tensor in x.items():
