@@ -30,7 +30,7 @@ Delta = rowsum(dO * O), dS = P (dP - Delta), dQ = scale dS K, dK = scale dSᵀ Q
 its rounding and is judged against the same values.
 
 The tolerance, |got - ref| <= atol + rtol |ref| with u the type's unit roundoff (2^-11 for float16's
-11 significant bits, 2^-8 for bfloat16's 8): atol = 4u, rtol = 2u, for every output of the entry
+11 significant bits, 2^-8 for bfloat16's 8): atol = 6u, rtol = 2u, for every output of the entry
 (dQ32 and Delta included: float32 buffers that carry the 16-bit operands' errors). Where the error
 comes from:
 - The outputs are rounded once to their type: up to u |ref| (half a unit in the last place); rtol is
@@ -38,24 +38,27 @@ comes from:
 - P and dS are rounded to the type as operands of mma.sync: each value by up to u of itself. dV = Pᵀ
   dO then moves by sum_i delta_i P_ij dO_i, dK by scale sum_i delta_i dS_ij Q_i, dQ by scale sum_j
   delta_j dS_ij K_j: u times the sum of the terms' magnitudes at worst, and in practice a random walk
-  of those terms (the roundings are independent): largest where a few terms dominate, a causal head's
-  first keys (key 0 is query 0's only key, P = 1) and the large cases' rows, where P is almost one-hot.
-  That is the absolute part, atol.
+  of those terms (the roundings are independent). It is largest where a few terms of a few units
+  dominate (a causal head's first queries and last keys: query 0 sees key 0 alone, with P = 1; the
+  large cases' rows, where P is almost one-hot), and its extremes grow with the number of such
+  rows: BH = 300 causal heads of T = 33 are the worst of the cases. That is the absolute part, atol.
 - The rest is float32: products of 16-bit values are exact in float32, the tensor cores add 16 of
   them at a time to float32 sums, exp2f is within 2 ulp, LSE and Delta arrive in float32. Each is
   2^-22 or so relative: invisible beside u.
 tests/test_lab7_tolerances.py emulates the kernel on the CPU (S in float32, P = exp2(S c - LSE
 log2(e)) in float32, P and dS rounded to the type, products accumulated in float32, outputs rounded)
-on T = 1 to 1000, D = 64 and 128, causal and not, the large inputs included: every output within 0.45
-of this tolerance (a margin of 2.2) in both types. What fails there, each by orders of magnitude in
-most cases: zeros; dQ and dK swapped; scale missing on dK; Delta left out (dS = P dP); LSE used as if
-it were in log2 units (exp2(S c - LSE)); a causal mask off by one (key i + 1 seen by query i); a
-causal block that skips the query tile on its diagonal. dK and dV summed in 16-bit registers (each
-k-step of mma rounded back to the type) fail there only on the longest causal rows (T = 200 and
-1000; the error grows like the square root of the number of roundings); the GPU's T = 1000 and 2048
-cases have hundreds of times more elements, and its broken variant is graded there. The float16
+on every case up to T = 1024, D = 64 and 128, causal and not, the large inputs included: every output
+within 0.41 of this tolerance in both types (0.46 over five other draws of BH=300,T=33 causal: a margin
+of 2; with atol = 4u that case reached 0.69, too close). What fails there, each by orders of
+magnitude in most cases: zeros; dQ and dK swapped; scale missing on dK; Delta left out (dS = P dP);
+LSE used as if it were in log2 units (exp2(S c - LSE)); a causal mask off by one (key i + 1 seen by
+query i); a causal block that skips a query tile on its diagonal; exp(S) / exp(LSE) on the large
+cases (inf / inf). dK and dV summed in 16-bit registers (each k-step of the mma rounded back to the
+type) fail by 2.1 to 3.4 times the tolerance on the long causal rows (T = 1000 at D = 128, T = 2048),
+not on the short ones: the error grows like the square root of the number of roundings. The float16
 operands of a bfloat16 kernel (P or dS packed with float16's conversion, or mma's .f16 on bfloat16
-bits) are wrong everywhere: float16 bits read as bfloat16.
+bits) are wrong everywhere: float16 bits read as bfloat16; a bfloat16 path that only passes values
+through float16 (more mantissa bits) is within the tolerance and fails past_fp16_range below.
 
 Checks before the cases:
 - `refuses_other_head_dims`: D = 32, 96 and 256 return cudaErrorInvalidValue and write nothing
@@ -100,7 +103,7 @@ STREAM = Scalar("stream", "u64")
 HALF = {"f16": "h", "bf16": "b"}  # the suffix of an entry's buffers
 ENTRIES = {"f16": "attention_backward_f16", "bf16": "attention_backward_bf16"}
 UNIT = {"f16": 2.0**-11, "bf16": 2.0**-8}  # unit roundoff of the type
-TOLERANCE = {dt: (4 * u, 2 * u) for dt, u in UNIT.items()}  # (atol, rtol): the docstring's 4u, 2u
+TOLERANCE = {dt: (6 * u, 2 * u) for dt, u in UNIT.items()}  # (atol, rtol): the docstring's 6u, 2u
 LARGE = 32.0  # the large cases: Q times this, dO divided by it
 PAST_FP16 = 2.0**17  # past_fp16_range: dO times this
 HEADS_AT_ONCE = 1 << 25  # scores of the float64 reference kept at a time (256 MB per temporary)
