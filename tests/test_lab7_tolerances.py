@@ -589,3 +589,144 @@ def test_decay_after_the_update_passes_where_lr_wd_is_small() -> None:
     (lr^2 wd |u| = 1e-7 |u|) is within the tolerance, and the mistake would go unseen."""
     x = _adamw_inputs("tails", 1, 1e-3, 0.1)
     assert _adamw_failures(x, adamw_kernel_form(x, decay_after=True)) == []
+
+
+# --- task 04: flash attention backward ---------------------------------------------------------------
+#
+# Its spec (lab7/tests/test_04_attention_backward.py) judges every output within 6u + 2u·|ref| (u =
+# 2^-11 for float16, 2^-8 for bfloat16) against the contract's maths in float64 on the inputs as
+# given. Here, with its own inputs and references on the CPU: that maths is autograd's gradient of
+# softmax attention; the kernel's form (S in float32, P = exp2(S c - LSE log2 e) in float32, P and dS
+# rounded to the type as mma operands, float32 products, outputs rounded once) passes with a margin
+# of 2; each mistake the spec names for the arithmetic fails; 16-bit running sums fail on long causal
+# rows; a bfloat16 path through float16 passes at the usual scale and overflows at dO times 2^17
+# (the reason for the check past_fp16_range).
+
+FA_SPEC = Path(__file__).resolve().parents[1] / "lab7" / "tests" / "test_04_attention_backward.py"
+
+
+FA = _load("lab7_attention_backward_spec", FA_SPEC)
+FA_CASES = [c.params for c in FA.CASES if c.params["T"] <= 1024]
+LOG2E32 = torch.tensor(1.4426950408889634, dtype=torch.float32)
+
+
+def _fa_id(p: dict[str, Any]) -> str:
+    return FA.label(p["BH"], p["T"], p["D"], p["causal"], p.get("large", False))
+
+
+def _fa_inputs(p: dict[str, Any]) -> dict[str, Any]:
+    return FA.make_inputs(p, Rng(7, "cpu"))
+
+
+def fa_kernel_form(v: dict[str, Any], dt: str, mistake: str = "") -> dict[str, torch.Tensor]:
+    """The entry's outputs as the reference kernel computes them, in float32 on the CPU, or with one
+    of the spec's mistakes."""
+    x = FA.HALF[dt]
+    e = torch.float16 if dt == "f16" else torch.bfloat16
+    q, k, val, o, do = (v[f"{n}{x}"].float() for n in ("Q", "K", "V", "O", "dO"))
+    t, d = q.shape[1], q.shape[2]
+    scale = torch.tensor(1.0 / d**0.5, dtype=torch.float32)
+    s = q @ k.transpose(1, 2)
+    if mistake == "exp then divide":
+        p = torch.exp2(s * (scale * LOG2E32)) / torch.exp2(v[f"LSE{x}"] * LOG2E32)[..., None]
+    else:
+        lse2 = v[f"LSE{x}"] if mistake == "LSE in log2 units" else v[f"LSE{x}"] * LOG2E32
+        p = torch.exp2(s * (scale * LOG2E32) - lse2[..., None])
+    if v["causal"]:
+        p = p.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(2 if mistake == "mask off by one" else 1), 0.0)
+        if mistake == "causal skip":  # blocks of 128 keys start at the tile of 64 queries that holds their last key
+            for k0 in range(0, t, 128):
+                first = (k0 + 127) // 64 * 64
+                p[:, :first, k0 : k0 + 128] = 0.0
+    delta = (do * o).sum(-1)
+    if mistake == "Delta missing":
+        delta = torch.zeros_like(delta)
+
+    def rounded(a: torch.Tensor) -> torch.Tensor:
+        if mistake == "bf16 through fp16" and e == torch.bfloat16:
+            a = a.half().float()
+        return a.to(e).float()
+
+    if mistake == "16-bit sums":  # dV's running sum rounded to the type after every 16 queries
+        dv = torch.zeros(q.shape[0], t, d)
+        for i in range(0, t, 16):
+            dv = rounded(dv + rounded(p[:, i : i + 16]).transpose(1, 2) @ do[:, i : i + 16])
+    else:
+        dv = rounded(p).transpose(1, 2) @ do
+    ds = rounded(p * (do @ val.transpose(1, 2) - delta[..., None]))
+    dq32 = scale * (ds @ k)
+    dk = (1.0 if mistake == "dK unscaled" else scale) * (ds.transpose(1, 2) @ q)
+    out = {f"dQ{x}": rounded(dq32), f"dK{x}": rounded(dk), f"dV{x}": rounded(dv), "dQ32": dq32, "Delta": delta}
+    if mistake == "dQ and dK swapped":
+        out[f"dQ{x}"], out[f"dK{x}"] = out[f"dK{x}"], out[f"dQ{x}"]
+    if mistake == "zeros":
+        out = {name: torch.zeros_like(a) for name, a in out.items()}
+    return out
+
+
+def fa_worst(v: dict[str, Any], dt: str, got: dict[str, torch.Tensor], mul: float = 1.0) -> float:
+    """The largest |got - ref| / (atol + rtol |ref|) over the entry's outputs (inf for a NaN or inf)."""
+    atol, rtol = FA.TOLERANCE[dt]
+    worst = 0.0
+    for name, want in FA.entry_reference(dt)(v).items():
+        w = want.double() * mul
+        err = (got[name].double() - w).abs() / (atol * mul + rtol * w.abs())
+        worst = max(worst, float(err.nan_to_num(nan=float("inf")).max()))
+    return worst
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+def test_04_the_reference_is_autograds_gradient(causal: int) -> None:
+    """The spec's maths (P from LSE, Delta from O) with the exact LSE and O is autograd's gradient."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v, do = (torch.randn(2, 37, 64, generator=g, dtype=torch.float64) for _ in range(4))
+    leaves = [a.clone().requires_grad_(True) for a in (q, k, v)]
+    s = leaves[0] @ leaves[1].transpose(1, 2) / 8.0
+    if causal:
+        s = s.masked_fill(torch.ones(37, 37, dtype=torch.bool).triu(1), float("-inf"))
+    o = torch.softmax(s, -1) @ leaves[2]
+    o.backward(do)
+    got = FA.gradients(q, k, v, o.detach(), do, torch.logsumexp(s.detach(), -1), causal)
+    for name, leaf in zip(("dQ", "dK", "dV"), leaves, strict=True):
+        assert torch.allclose(got[name].double(), leaf.grad, atol=1e-6, rtol=1e-6), name
+
+
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+@pytest.mark.parametrize("p", FA_CASES, ids=_fa_id)
+def test_04_the_kernels_form_passes_with_a_margin(p: dict[str, Any], dt: str) -> None:
+    v = _fa_inputs(p)
+    assert fa_worst(v, dt, fa_kernel_form(v, dt)) < 0.5
+
+
+FA_MISTAKES = {
+    "zeros": {"BH": 2, "T": 17, "D": 64, "causal": 1},
+    "dQ and dK swapped": {"BH": 2, "T": 17, "D": 128, "causal": 0},
+    "dK unscaled": {"BH": 2, "T": 17, "D": 64, "causal": 1},
+    "LSE in log2 units": {"BH": 2, "T": 17, "D": 128, "causal": 0},
+    "Delta missing": {"BH": 1, "T": 1, "D": 64, "causal": 0},
+    "mask off by one": {"BH": 2, "T": 17, "D": 64, "causal": 1},
+    "causal skip": {"BH": 2, "T": 200, "D": 64, "causal": 1},
+    "exp then divide": {"BH": 4, "T": 1024, "D": 64, "causal": 0, "large": True},
+}
+
+
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+@pytest.mark.parametrize("mistake", FA_MISTAKES)
+def test_04_each_mistake_fails(mistake: str, dt: str) -> None:
+    v = _fa_inputs(FA_MISTAKES[mistake])
+    assert fa_worst(v, dt, fa_kernel_form(v, dt, mistake)) > 2.0
+
+
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+def test_04_16_bit_sums_fail_on_long_causal_rows(dt: str) -> None:
+    v = _fa_inputs({"BH": 1, "T": 1000, "D": 128, "causal": 1})
+    assert fa_worst(v, dt, fa_kernel_form(v, dt, "16-bit sums")) > 1.0
+
+
+def test_04_a_bf16_path_through_fp16_passes_until_past_fp16_range() -> None:
+    p = {"BH": 2, "T": 200, "D": 64, "causal": 1}
+    v = _fa_inputs(p)
+    assert fa_worst(v, "bf16", fa_kernel_form(v, "bf16", "bf16 through fp16")) < 0.5
+    big = {**v, "dOb": v["dOb"] * FA.PAST_FP16}
+    assert fa_worst(v, "bf16", fa_kernel_form(big, "bf16"), FA.PAST_FP16) < 0.5  # an honest kernel scales
+    assert fa_worst(v, "bf16", fa_kernel_form(big, "bf16", "bf16 through fp16"), FA.PAST_FP16) == float("inf")

@@ -227,3 +227,40 @@ ALTERNATIVES.update(
         ),
     }
 )
+
+# --- task 04: flash attention backward -----------------------------------------------------------
+
+SRC04 = "04_attention_backward.cu"
+
+ALTERNATIVES.update(
+    {
+        "04_attention_backward.four_warps_scalar_atomics": Alternative(
+            SRC04,
+            [
+                ("using Bwd64 = Bwd<64, 8, 64>;\n", "using Bwd64 = Bwd<64, 4, 64>;  // 64 keys a block\n"),
+                ("using Bwd128 = Bwd<128, 8, 16>;\n", "using Bwd128 = Bwd<128, 4, 16>;\n"),
+                (
+                    "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n"
+                    "            atomicAdd(reinterpret_cast<float2*>",
+                    "#if 0  // one float at a time on every card\n            atomicAdd(reinterpret_cast<float2*>",
+                ),
+            ],
+            "blocks of 4 warps and 64 keys (twice the blocks, each query tile read by twice as many of them), and"
+            " dQ added one float at a time instead of float2 atomics",
+        ),
+        "04_attention_backward.natural_log_units": Alternative(
+            SRC04,
+            [
+                ("LSE[q0 + tid] * LOG2E : 0.0f;", "LSE[q0 + tid] : 0.0f;  // natural-log units"),
+                ("    const float c = scale * LOG2E;", "    const float c = scale;"),
+                (
+                    "float p = exp2f(fmaf(s[j][2 * h + e], c, -l2));",
+                    "float p = expf(fmaf(s[j][2 * h + e], c, -l2));",
+                ),
+                ("    static constexpr bool HOLD_KV = D <= 64;\n", "    static constexpr bool HOLD_KV = false;\n"),
+            ],
+            "P = expf(S scale - LSE) in natural-log units instead of exp2f with LSE times log2(e), and K's and"
+            " V's fragments read from shared memory at every query tile instead of kept in registers",
+        ),
+    }
+)

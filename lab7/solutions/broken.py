@@ -785,3 +785,206 @@ VARIANTS.update(MB_VARIANTS)
 BATCHES += [[name] for name in MB_VARIANTS]
 # the rules decide these on the build: graded on a machine without a GPU too
 AT_BUILD += ["03_matmul_backward.db_by_own_kernel", "03_matmul_backward.db_in_bf16"]
+
+# --- task 04: flash attention backward ------------------------------------------------------------
+# The checks before the cases judge a plain call first and leave a kernel that is wrong anyway to
+# the cases, so most of these are named by the first case they fail (its label: "causal", "D=128",
+# "large"). "no_barrier_before_dq" is a race: graded with the sanitizer too (SANITIZED).
+
+FA = "04_attention_backward.cu"
+FA_ACC_T = "            mma_m16n8k16<E>(acc[n + 1], a, yf + 2);\n"
+FA_STATS = "        lse2[tid] = q0 + tid < T ? LSE[q0 + tid] * LOG2E : 0.0f;\n"
+
+FA_VARIANTS: dict[str, Variant] = {
+    "04_attention_backward.mask_off_by_one": Variant(
+        FA,
+        [("(causal && key > q0 + col)", "(causal && key > q0 + col + 1)")],
+        {"wrong"},
+        "causal",
+        "the causal mask hides keys past i + 1 instead of past i: query i sees key i + 1, whose P (exp of a score"
+        " against an LSE that never counted it) enters dV, dS, dK and dQ",
+        mistake="mask off by one",
+    ),
+    "04_attention_backward.skips_the_diagonal_tile": Variant(
+        FA,
+        [
+            (
+                "    const int q_first = causal ? k0 / F::BR * F::BR : 0;\n",
+                "    const int q_first = causal ? (k0 + F::BC - 1) / F::BR * F::BR : 0;  // the last key's tile\n",
+            )
+        ],
+        {"wrong"},
+        "causal",
+        "when causal, starts at the query tile that holds the block's last key: the tiles before it are only"
+        " partly masked (queries k0 .. k0 + BC - 2 see some of the block's keys), and their terms, the largest"
+        " of dK, dV and dQ, are lost",
+        mistake="causal skip",
+    ),
+    "04_attention_backward.reads_past_t": Variant(
+        FA,
+        [
+            (
+                "        const bool inside = r0 + row + n * PASS < T;\n",
+                "        const bool inside = true;  // T is whole tiles?\n",
+            )
+        ],
+        {"wrong", "crash"},
+        "",
+        "copies whole tiles of K, V, Q and dO whatever T: the rows past T are the next head's (or past the"
+        " buffer, for the last head), not zeros, and their keys add to dQ where T is not a multiple of the tile",
+        mistake="tails",
+    ),
+    "04_attention_backward.lse_in_log2_units": Variant(
+        FA,
+        [(FA_STATS, FA_STATS.replace("LSE[q0 + tid] * LOG2E", "LSE[q0 + tid]"))],
+        {"wrong"},
+        "",
+        "takes the saved LSE as if it were in log2 units: P = exp2(S c - LSE) is exp(S - LSE ln 2), too large by"
+        " exp(LSE (1 - ln 2))",
+        mistake="LSE in log2 units",
+    ),
+    "04_attention_backward.no_delta": Variant(
+        FA,
+        [
+            (
+                "        const float d0 = delta[8 * j + 2 * t], d1 = delta[8 * j + 2 * t + 1];\n",
+                "        const float d0 = 0.0f * t, d1 = 0.0f;  // dS = P dP\n",
+            )
+        ],
+        {"wrong"},
+        "",
+        "dS = P dP, without - Delta: the softmax's Jacobian is diag(P) - P Pᵀ, and its second term is the one"
+        " Delta = rowsum(dO * O) carries; dK and dQ are wrong, dV and Delta itself right",
+        mistake="Delta missing",
+    ),
+    "04_attention_backward.dk_unscaled": Variant(
+        FA,
+        [("    store_rows<F>(dK, dk, scale, key0, T);\n", "    store_rows<F>(dK, dk, 1.0f, key0, T);\n")],
+        {"wrong"},
+        "dK",
+        "forgets the 1 / sqrt(D) of dK = scale dSᵀ Q (S = scale Q Kᵀ, so both dQ and dK carry it): dK is 8 or 11"
+        " times too large",
+        mistake="scale",
+    ),
+    "04_attention_backward.dq32_not_zeroed": Variant(
+        FA,
+        [
+            (
+                "        float4* z = reinterpret_cast<float4*>(dQ32 + at);\n"
+                "        z[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);\n"
+                "        z[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);\n",
+                "",
+            )
+        ],
+        {"wrong"},
+        "dQ",
+        "never zeroes dQ32 before the atomics add into it: right only where the buffer held zeros (the grader"
+        " poisons every output with NaN before every call)",
+        mistake="dQ32 not zeroed",
+    ),
+    "04_attention_backward.ds_not_transposed": Variant(
+        FA,
+        [
+            (
+                "        ldmatrix_x4_trans(a, dSs + swizzle<F::CPR_S>(16 * kk + srow, schunk));\n",
+                "        ldmatrix_x4(a, dSs + swizzle<F::CPR_S>(16 * kk + srow, schunk));\n",
+            )
+        ],
+        {"wrong"},
+        "dQ",
+        "reads dS for dQ = dS K from the dSᵀ tile as stored, without ldmatrix's .trans: every 8 x 8 block of dS"
+        " is used transposed (dQ from dSᵀ's blocks)",
+        mistake="dS transposed",
+    ),
+    "04_attention_backward.bf16_through_fp16": Variant(
+        FA,
+        [
+            (
+                "        const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);\n        return",
+                "        const float2 f = __half22float2(__floats2half2_rn(lo, hi));  // through float16 first\n"
+                "        const __nv_bfloat162 v = __floats2bfloat162_rn(f.x, f.y);\n        return",
+            )
+        ],
+        {"wrong"},
+        "2^17",
+        "rounds every bfloat16 value it writes (P and dS as operands, dQ, dK, dV) through float16 first: right"
+        " while they stay below 65504 (float16 has more mantissa bits), inf past it",
+        mistake="fp16 on the bf16 path",
+    ),
+    "04_attention_backward.sums_in_16_bits": Variant(
+        FA,
+        [
+            (
+                FA_ACC_T,
+                FA_ACC_T + "            for (int m = n; m < n + 2; ++m) {  // the running sums kept in E\n"
+                "                const float2 lo = unpack2<E>(pack2<E>(acc[m][0], acc[m][1]));\n"
+                "                const float2 hi = unpack2<E>(pack2<E>(acc[m][2], acc[m][3]));\n"
+                "                acc[m][0] = lo.x, acc[m][1] = lo.y, acc[m][2] = hi.x, acc[m][3] = hi.y;\n"
+                "            }\n",
+            )
+        ],
+        {"wrong"},
+        "",
+        "keeps dK and dV in the input type between mma steps (as an mma with 16-bit accumulators would): a"
+        " rounding per 16 queries, which the long rows (T = 1000, 2048) add up past the tolerance",
+        mistake="16-bit accumulation",
+    ),
+    "04_attention_backward.default_stream": Variant(
+        FA,
+        [(", F::SMEM_BYTES, stream>>>", ", F::SMEM_BYTES>>>")],
+        {"wrong", "crash"},  # a launch on the legacy stream during the capture may fail (its error returned)
+        "CUDA graph",
+        "launches the main kernel on the default stream, not on `stream`: right when the caller uses the default"
+        " stream, but a capture on another stream fails",
+        mistake="wrong stream",
+    ),
+    "04_attention_backward.no_barrier_before_dq": Variant(
+        FA,
+        [("        __syncthreads();  // the whole dSᵀ tile is written before any warp reads it\n", "")],
+        {"sanitizer", "wrong"},
+        "",
+        "no barrier between the warps' writes of the dSᵀ tile and the dQ step's reads of it: a fast warp reads"
+        " other warps' rows of dS before they are written (the previous tile's, or poison)",
+        mistake="race",
+    ),
+    "04_attention_backward.d128_half_columns": Variant(
+        FA,
+        [
+            (
+                "    for (int n = 0; n < F::ND; ++n) {\n        const int col = 8 * n + 2 * t;\n"
+                "        if (key0 + g < T)",
+                "    for (int n = 0; n < 8; ++n) {  // 64 columns\n        const int col = 8 * n + 2 * t;\n"
+                "        if (key0 + g < T)",
+            )
+        ],
+        {"wrong"},
+        "D=128",
+        "stores 64 columns of dK and dV, as if D were always 64: at D = 128 the other half stays as it was",
+        mistake="D = 128",
+    ),
+    "04_attention_backward.other_d_as_128": Variant(
+        FA,
+        [
+            (
+                "    if (D == 128)\n        return launch_backward<E, Bwd128>",
+                "    if (D != 64)  // 128, and anything else\n        return launch_backward<E, Bwd128>",
+            )
+        ],
+        {"wrong", "crash"},
+        "",
+        "runs every head dimension but 64 as 128 instead of refusing it: D = 96 reads and writes past its rows",
+        mistake="sizes not refused",
+    ),
+    "04_attention_backward.exp_then_divide": Variant(
+        FA,
+        [("float p = exp2f(fmaf(s[j][2 * h + e], c, -l2));", "float p = exp2f(s[j][2 * h + e] * c) / exp2f(l2);")],
+        {"wrong"},
+        "large",
+        "exponentiates the score and divides by exp(LSE): right for scores of a few units, inf / inf = NaN once"
+        " they pass 88 (the large cases' scores reach 100 and more)",
+        mistake="overflow",
+    ),
+}
+VARIANTS.update(FA_VARIANTS)
+BATCHES += [[name] for name in FA_VARIANTS if name != "04_attention_backward.no_barrier_before_dq"]
+SANITIZED += ["04_attention_backward.no_barrier_before_dq"]
