@@ -3,8 +3,8 @@
 Measured in one run, on one GPU: the grader's edit-and-retest loop, `make test-lab1 TASK=01`
 (warm: fork server up, the other tasks cached), and the same with pytest alone (no head start);
 the same kernel rebuilt through torch.utils.cpp_extension.load_inline after the same edit (the
-usual alternative); the PyTorch-extension task's loop (lab 3 task 06); and grading all of lab 1 from a cold build
-cache.
+usual alternative); the PyTorch-extension task's loop (lab 3 task 06); and grading all of lab 1
+from a cold build cache.
 
     python benchmarks/edit_loop.py          (or: make bench-grader)
     python benchmarks/edit_loop.py --loops  (the two edit loops and their parts only: a minute less)
