@@ -1,11 +1,11 @@
 """Checks for lab7/gpt/ops.py and lab7/gpt/train.py: a GPT trained through your kernels of tasks 01
 to 05 (with --solutions, the reference of each), as torch.library operators with autograd.
 
-What runs. gpt/kernels.py builds the five task files into one library (cuBLASLt linked for task 03);
-gpt/ops.py wraps each entry point as a `lab7::` operator; gpt/model.py (given) writes a GPT-2-shaped
-model with them; gpt/train.py keeps the parameters in task 05's arenas and makes the step. The
-forward passes of layer norm, the matmuls and attention are torch's; every gradient and every
-update is yours. The model trained: 4 layers, d_model 256, 4 heads of 64, context 256, batch 16,
+What runs. gpt/kernels.py builds the five task files into one library (cuBLAS and cuBLASLt linked
+for task 03); gpt/ops.py wraps each entry point as a `lab7::` operator; gpt/model.py (given) writes
+a GPT-2-shaped model with them; gpt/train.py keeps the parameters in task 05's arenas and makes
+the step. The forward passes of layer norm, the matmuls and attention are torch's; every gradient
+and every update is yours. The model trained: 4 layers, d_model 256, 4 heads of 64, context 256, batch 16,
 lab 5's BPE of 512 tokens on lab 5's stories (3.4M parameters, 4096 tokens a step).
 
 The reference (this file, not the student's): the same model in plain PyTorch, F.layer_norm,
@@ -27,29 +27,33 @@ d_model 128 (2 heads of 64), context 64, batch 4, random tokens:
 - `test_backward_matches_autograd`: each differentiable operator's gradients against torch's
   autograd of the same function in float32 on the same bf16 inputs, with a random upstream
   gradient (not ones: a backward that ignores it fails), loss scaled by 2.5 for the cross-entropy.
-  Judged by the relative error of each gradient's norm, ||got - want|| / ||want|| <= 2e-2: bf16
+  Judged by the relative error of each gradient's norm, ||got - want|| / ||want|| <= 5e-2: bf16
   outputs carry 2^-9 relative (one rounding), the attention's P and dS operands rounded to bf16
-  about 2^-8 each (task 04's tolerance is 6u + 2u |x|), so a correct op stays below 1e-2; a swapped
-  operand, a missing term or a gradient of the wrong input is off by 30% to 100%.
+  about 2^-8 each, so the reference kernels stay near 1e-2; but task 04 accepts a kernel up to
+  6u + 2u |x| off element by element (u = 2^-8: 2.3% of a unit value), and one that passes there
+  must pass here. A swapped operand, a missing term or a gradient of the wrong input is off by
+  30% to 100%, an ignored upstream gradient by 60% (a factor 2.5).
 - `test_gradients_against_pytorch`: the small model's gradients after forward_backward (the
   grads arena, read through `trainer.grad(name)`), for two steps on two batches with the same
-  parameters, against the reference's autograd gradients: each tensor within 5e-2 of its norm.
+  parameters, against the reference's autograd gradients: each tensor within 0.1 of its norm.
   The bf16 roundings of the two runs differ (cuBLASLt and cuBLAS sum in other orders, the two
   attention backwards round P and dS at other places): on a CPU emulation of the kernels the
-  worst tensor was 1.8% off; 5e-2 leaves that a factor of 2.8. The loss's 1/N scale (a factor
-  of 256 here), gradients accumulated across steps (the second step's doubles), gradients not in
-  the arena (zero), and the tied embedding's two uses are each off by far more.
+  worst tensor was 1.8% off, and a task 04 kernel at the edge of its tolerance (above) may add a
+  few percent through two layers; 0.1 covers both. The loss's 1/N scale (a factor of 256 here),
+  gradients accumulated across steps (the second step's are off by about 100%), gradients not in
+  the arena (zero: 100%), and swapped layer norm statistics (100%) are each off by far more.
 - `test_optimizer_matches_torch`: three optimizer steps on random bf16 gradients written into the
   grads arena (lr 3e-2, weight decay 0.3, warm-up of one step), against torch.optim.AdamW(fused=True)
   with the two groups on float32 copies of the master: master within 1e-6 + 1e-5 |p| (float32
   arithmetic of three steps, a few units of 6e-8 each; decay on a layer norm's weight moves it by
   lr wd = 9e-3, a step counter that stays at 1 changes the bias corrections by 10% and more),
   and the bf16 weights bit for bit the rounded master.
-- `test_on_the_callers_stream`: the small model's forward_backward and optimizer_step run on a
-  side stream whose first work is a slow kernel (torch.cuda._sleep) and the copy of the batch; the
-  gradients and the update must match those of a run on the default stream (a launch on any other
-  stream reads inputs that do not exist yet). Gradients within 1e-2 of their norm (dQ's atomics
-  make the last bits differ), master updates within 5e-2 of the update's norm.
+- `test_on_the_callers_stream`: the small model's forward_backward on a side stream whose first
+  work is a slow kernel (torch.cuda._sleep) and then the copy of the batch: the gradients must be
+  those of the same step on the default stream, within 1e-2 of their norm (dQ's atomics make the
+  last bits differ; a launch on any other stream reads inputs that do not exist yet). Then
+  optimizer_step on the side stream behind a sleep and the copy of the gradients: master and
+  weights bit for bit those of the same update on the default stream.
 - `test_nonfinite_loss_stops_the_step`: two good steps, then logits scaled by inf (a test hook):
   step 3 raises NonFiniteError naming step 3 and the loss, and no parameter has changed.
 - `test_nonfinite_gradient_stops_the_step`: a hook makes h.1.mlp.c_fc.weight's gradient NaN (the
@@ -129,8 +133,8 @@ TASK = PythonTask(
 )
 
 BF16 = torch.bfloat16
-GRAD_RTOL = 2e-2  # an op's gradient against autograd in float32, normwise
-MODEL_GRAD_RTOL = 5e-2  # the model's gradients against the reference's, normwise per tensor
+GRAD_RTOL = 5e-2  # an op's gradient against autograd in float32, normwise
+MODEL_GRAD_RTOL = 1e-1  # the model's gradients against the reference's, normwise per tensor
 CURVE_RTOL = 1e-2  # per-step loss against the reference's
 
 
@@ -432,9 +436,7 @@ def test_on_the_callers_stream():
     x, y = _batch(cfg, tc, 0)
     calm = Trainer(cfg, tc)
     calm.forward_backward(x, y)
-    calm.optimizer_step()
     busy = Trainer(cfg, tc)
-    before = busy.master.clone()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -443,15 +445,25 @@ def test_on_the_callers_stream():
         xs.copy_(x)  # the batch exists only once the sleep is over
         ys.copy_(y)
         busy.forward_backward(xs, ys)
-        busy.optimizer_step()
     torch.cuda.synchronize()
     worst = max(((_rel(busy.grad(s.name), calm.grad(s.name)), s.name) for s in busy.slots), key=lambda e: e[0])
     assert worst[0] <= 1e-2, (
-        f"run on a busy stream of the caller's, the gradient of {worst[1]} is {worst[0]:.3g} off the same step on"
-        " the default stream: launch on torch.cuda.current_stream()"
+        f"forward_backward on a busy stream of the caller's: the gradient of {worst[1]} is {worst[0]:.3g} off the"
+        " same step on the default stream (norm-wise): launch on torch.cuda.current_stream()"
     )
-    err = _rel(busy.master - before, calm.master - before)
-    assert err <= 5e-2, f"run on a busy stream of the caller's, the update is {err:.3g} off (norm-wise)"
+    # the update from the same gradients, which exist on the busy stream only once its sleep is over
+    calm.optimizer_step()
+    busy.grads.zero_()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(SLEEP_CYCLES)
+        busy.grads.copy_(calm.grads)
+        busy.optimizer_step()
+    torch.cuda.synchronize()
+    assert torch.equal(busy.master, calm.master) and torch.equal(busy.weights, calm.weights), (
+        "optimizer_step on a busy stream of the caller's updates differently from the same step on the default"
+        " stream: launch on torch.cuda.current_stream()"
+    )
 
 
 @pytest.mark.gpu
