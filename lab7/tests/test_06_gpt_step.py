@@ -436,6 +436,7 @@ def test_on_the_callers_stream():
     x, y = _batch(cfg, tc, 0)
     calm = Trainer(cfg, tc)
     calm.forward_backward(x, y)
+    torch.cuda.synchronize()  # task 03's calls on two streams must not overlap (one cuBLASLt workspace)
     busy = Trainer(cfg, tc)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())

@@ -1,9 +1,10 @@
 """Lab 7 task 06 · your kernels as PyTorch operators: torch.library custom ops with fakes and autograd.
 
-Implement: the bodies marked TODO(lab7/06): each backward operator's call of your kernel (through
-           ctypes, on the caller's stream), every operator's fake (register_fake), and the autograd
-           formulas (setup_context and backward, register_autograd) of the five differentiable
-           operators. The chapter's section "Task 06: a GPT step through your kernels" explains
+Implement: the bodies marked TODO(lab7/06): the operators that call your kernels (the backward
+           operators, the loss and adamw_: their outputs allocated, the entry point called through
+           the given `_call` on the caller's stream), every operator's fake (register_fake), and the
+           autograd formulas (setup_context and backward, register_autograd) of the five
+           differentiable operators. The chapter's section "Task 06: a GPT step through your kernels" explains
            them. The operators' declarations (names, schemas) and the forward passes are given:
            the forwards are torch's (lab 5 is where forward kernels are written); every gradient
            and every optimizer update is yours.
