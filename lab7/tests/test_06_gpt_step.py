@@ -241,6 +241,10 @@ def _rand(*shape: int, seed: int, scale: float = 1.0) -> torch.Tensor:
     return (torch.randn(shape, generator=gen) * scale).to(BF16).cuda()
 
 
+def _targets(rows: int, vocab: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, vocab, (rows,), generator=torch.Generator().manual_seed(seed)).cuda()
+
+
 def _op_cases() -> dict[str, tuple[Any, ...]]:
     """name -> (op, inputs, float32 reference function of the same inputs)."""
     from gpt import ops
@@ -251,7 +255,7 @@ def _op_cases() -> dict[str, tuple[Any, ...]]:
     W, bias = _rand(M, C, seed=4, scale=0.2), _rand(M, seed=5, scale=0.3)
     h = _rand(N, C, seed=6, scale=2.0)  # across GELU's bend
     q, k, v = (_rand(2, 2, 100, 64, seed=s) for s in (7, 8, 9))
-    logits, targets = _rand(50, 264, seed=10, scale=3.0), torch.randint(0, 264, (50,), device="cuda")
+    logits, targets = _rand(50, 264, seed=10, scale=3.0), _targets(50, 264, seed=15)
     return {
         "layer_norm": (
             lambda x, w, b: ops.layer_norm(x, w, b, 1e-5)[0],
@@ -298,7 +302,7 @@ def _opcheck_cases() -> list[tuple[str, Any, tuple[Any, ...]]]:
         elif name == "linear without bias":
             grads = (*grads, None)
         elif name == "cross_entropy":
-            grads = (*grads, torch.randint(0, 264, (50,), device="cuda"))
+            grads = (*grads, _targets(50, 264, seed=16))
         out.append((name, op, grads))
     return out
 
