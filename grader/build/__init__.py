@@ -23,6 +23,7 @@ def shared_library(
     stem: str,
     include_dirs: Sequence[Path] = (),
     split_compile: bool = False,
+    libraries: Sequence[str] = (),
 ) -> Path:
     """`sources` compiled with the course's flags and linked into one shared library under
     `.build/<group>/`, its name starting with `stem`; the library's path. Built once per set of
@@ -30,7 +31,10 @@ def shared_library(
     `name` says what is built in error messages. Raises BuildError.
 
     `split_compile`: nvcc spreads each source's optimizer and ptxas work over every core (see
-    split_compile_flags), for a library of a few sources that each instantiate many kernels."""
+    split_compile_flags), for a library of a few sources that each instantiate many kernels.
+    `libraries`: the CUDA libraries it links, named as a CudaTask's `libraries` are ("cublasLt"),
+    found the same way (grader/build/packages.py): lab 7's training step builds task 03's cuBLASLt
+    file into its library."""
     from grader import toolchain
     from grader.build.nvcc import BuildUnit, build_all
 
@@ -43,6 +47,7 @@ def shared_library(
             group=group,
             stem=stem,
             flags=flags,
+            libraries=tuple(libraries),
             include_dirs=tuple(include_dirs),
             facts=False,
             sass=False,

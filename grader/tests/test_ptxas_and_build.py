@@ -239,3 +239,40 @@ def test_racecheck_gets_a_build_whose_copies_land_at_their_issue(tmp_path, monke
         assert (lib is not None) == rebuilt
         if lib:
             assert ".sync." in lib and lib != str(built.lib)
+
+
+@pytest.mark.skipif(not _have_nvcc(), reason="nvcc not installed: install the CUDA toolkit to compile kernels")
+def test_shared_library_links_the_libraries_it_is_given(tmp_path, monkeypatch):
+    """Code outside the grader (lab 7's training step builds task 03's cuBLASLt file into its own
+    library) names the CUDA libraries it links as a CudaTask does: the library then needs them
+    (DT_NEEDED), they are part of the build's key, and an unknown name is refused."""
+    from grader.build import BuildError, shared_library
+
+    monkeypatch.setattr(paths, "BUILD", tmp_path / "build")
+    src = tmp_path / "lt.cu"
+    src.write_text(
+        '#include <cublasLt.h>\n#include "course.h"\n'
+        "COURSE_API int make_handle() {\n    cublasLtHandle_t h = nullptr;\n"
+        "    if (cublasLtCreate(&h) != CUBLAS_STATUS_SUCCESS) return 1;\n"
+        "    return cublasLtDestroy(h) == CUBLAS_STATUS_SUCCESS ? 0 : 2;\n}\n"
+    )
+    try:
+        linked = shared_library("lt", [src], group="t", stem="lt", libraries=("cublasLt",))
+    except BuildError as e:
+        if "cannot build" in str(e):  # no cuBLASLt on this machine: an environment, not this test
+            pytest.skip(str(e))
+        raise
+    assert linked.is_file()
+    if shutil.which("readelf"):
+        needed = subprocess.run(["readelf", "-d", str(linked)], capture_output=True, text=True).stdout
+        assert "libcublasLt" in needed, needed
+    # without the name, the library's headers are not found where a wheel holds them, or the .so
+    # builds without needing it: either way another build, under another key
+    try:
+        bare = shared_library("lt", [src], group="t", stem="lt")
+    except BuildError as e:
+        assert "cublasLt.h" in str(e), str(e)
+    else:
+        assert bare != linked, "the libraries are part of the build's key"
+    with pytest.raises(BuildError, match="unknown library"):
+        shared_library("lt", [src], group="t", stem="lt", libraries=("cublasXt",))

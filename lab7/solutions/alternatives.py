@@ -264,3 +264,37 @@ ALTERNATIVES.update(
         ),
     }
 )
+
+# --- task 06: the GPT step through the kernels ---------------------------------------------------------
+
+ALTERNATIVES.update(
+    {
+        "06_gpt_step.grads_by_autograd_grad": Alternative(
+            "gpt/train.py",
+            [
+                (
+                    "        self.grads.zero_()  # autograd adds into each .grad: one memset for them all\n"
+                    "        loss = model.loss(self.cfg, self.params, x, y, self.logits_hook)\n"
+                    "        loss.backward()\n",
+                    "        loss = model.loss(self.cfg, self.params, x, y, self.logits_hook)\n"
+                    "        names = list(self.params)\n"
+                    "        grads = torch.autograd.grad(loss, [self.params[n] for n in names])\n"
+                    "        torch._foreach_copy_([self.grad(n) for n in names], list(grads))  # overwritten\n",
+                )
+            ],
+            "the gradients from torch.autograd.grad, copied over the arena's views (nothing to zero), instead of"
+            " autograd adding into each .grad",
+        ),
+        "06_gpt_step.finite_by_the_gradient_norm": Alternative(
+            "gpt/train.py",
+            [
+                (
+                    "torch.isfinite(self.grads).all()]).tolist()",
+                    "torch.isfinite(torch.linalg.vector_norm(self.grads, dtype=torch.float32))]).tolist()",
+                )
+            ],
+            "the gradients judged by their global norm in float32 (a NaN or an inf anywhere makes it one), as a"
+            " clipping step would compute it anyway",
+        ),
+    }
+)

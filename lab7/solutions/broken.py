@@ -988,3 +988,165 @@ FA_VARIANTS: dict[str, Variant] = {
 VARIANTS.update(FA_VARIANTS)
 BATCHES += [[name] for name in FA_VARIANTS if name != "04_attention_backward.no_barrier_before_dq"]
 SANITIZED += ["04_attention_backward.no_barrier_before_dq"]
+
+# --- task 06: the GPT step through the kernels (Python: gpt/ops.py and gpt/train.py) ---------------
+OPS = "gpt/ops.py"
+TRAIN = "gpt/train.py"
+
+GPT_VARIANTS: dict[str, Variant] = {
+    "06_gpt_step.lse_fake_in_bf16": Variant(
+        OPS,
+        [
+            (
+                "    return torch.empty_like(q), q.new_empty(q.shape[:3], dtype=F32)\n",
+                "    return torch.empty_like(q), q.new_empty(q.shape[:3])  # the inputs' dtype\n",
+            )
+        ],
+        {"wrong"},
+        "test_opcheck",
+        "the attention's fake gives the log-sum-exp the inputs' dtype (bf16) where the real op returns float32:"
+        " a traced model would be planned with the wrong tensor",
+        mistake="fake tensor",
+    ),
+    "06_gpt_step.upstream_gradient_ignored": Variant(
+        OPS,
+        [("    return dlogits * dloss, None\n", "    return dlogits, None  # dloss is 1 anyway\n")],
+        {"wrong"},
+        "cross_entropy",
+        "the loss's backward returns the saved dlogits without multiplying by the incoming gradient: right for"
+        " loss.backward() alone, wrong for a scaled loss (2.5 x loss in the check)",
+        mistake="incoming gradient",
+    ),
+    "06_gpt_step.mean_and_rstd_swapped": Variant(
+        OPS,
+        [
+            (
+                "    dx, dweight, dbias = layer_norm_backward(dy.contiguous(), x, weight, mean, rstd)\n",
+                "    dx, dweight, dbias = layer_norm_backward(dy.contiguous(), x, weight, rstd, mean)\n",
+            )
+        ],
+        {"wrong"},
+        "layer_norm",
+        "passes the saved rstd as the mean and the mean as rstd (both float32 rows): every gradient of every"
+        " layer norm is wrong",
+        mistake="wrong gradient",
+    ),
+    "06_gpt_step.strided_do": Variant(
+        OPS,
+        [
+            (
+                "    return attention_backward(q, k, v, o, do.contiguous(), lse)\n",
+                "    return attention_backward(q, k, v, o, do, lse)\n",
+            )
+        ],
+        {"wrong"},
+        "contiguous",
+        "hands the attention's upstream gradient to the kernel as autograd gives it: in the model it is the"
+        " transpose of the (B, T, C) gradient, not laid out (B, H, T, D), and the op refuses it",
+        mistake="layout",
+    ),
+    "06_gpt_step.dloss_one": Variant(
+        OPS,
+        [
+            (
+                "    dloss = torch.full((rows,), 1.0 / rows, dtype=F32, device=logits.device)",
+                "    dloss = torch.ones((rows,), dtype=F32, device=logits.device)",
+            )
+        ],
+        {"wrong"},
+        "gradient of",
+        "gives every row a dloss of 1: the gradient of the sum of the losses, N times the mean's",
+        mistake="loss scale",
+    ),
+    "06_gpt_step.grads_not_zeroed": Variant(
+        TRAIN,
+        [("        self.grads.zero_()  # autograd adds into each .grad: one memset for them all\n", "")],
+        {"wrong"},
+        "batch 2",
+        "never clears the grads arena: autograd adds each step's gradients to the last step's",
+        mistake="gradients accumulated",
+    ),
+    "06_gpt_step.grads_set_to_none": Variant(
+        TRAIN,
+        [
+            (
+                "        self.grads.zero_()  # autograd adds into each .grad: one memset for them all\n",
+                "        for p in self.params.values():  # as optimizer.zero_grad() does\n            p.grad = None\n",
+            )
+        ],
+        {"wrong"},
+        "grads arena",
+        "clears the gradients as zero_grad() does, by setting .grad to None: autograd then allocates fresh"
+        " tensors, and the arena the optimizer reads stays zero",
+        mistake="gradients outside the arena",
+    ),
+    "06_gpt_step.step_one_always": Variant(
+        TRAIN,
+        [("tc.weight_decay if decay else 0.0, self.step_count,\n", "tc.weight_decay if decay else 0.0, 1,\n")],
+        {"wrong"},
+        "torch's AdamW",
+        "passes step 1 to every update: the bias corrections of the first step forever",
+        mistake="bias correction step",
+    ),
+    "06_gpt_step.decay_everything": Variant(
+        TRAIN,
+        [("tc.weight_decay if decay else 0.0, self.step_count,\n", "tc.weight_decay, self.step_count,\n")],
+        {"wrong"},
+        "weight decay off here",
+        "decays every parameter, the biases and the layer norms' weights too",
+        mistake="weight decay groups",
+    ),
+    "06_gpt_step.default_stream": Variant(
+        OPS,
+        [
+            (
+                '    _call("linear_backward_bf16", x, weight, dy, dx, dweight, dbias, N, K, M, kernels.stream())\n',
+                '    _call("linear_backward_bf16", x, weight, dy, dx, dweight, dbias, N, K, M, None)  # stream 0\n',
+            )
+        ],
+        {"wrong", "crash"},
+        "",
+        "launches the linear layers' backward on the default stream (a null stream) instead of the caller's:"
+        " behind a busy caller stream it reads gradients that do not exist yet",
+        mistake="wrong stream",
+    ),
+    "06_gpt_step.loss_not_checked": Variant(
+        TRAIN,
+        [("        if not loss_ok:\n", "        if False:  # a NaN loss makes NaN gradients anyway\n")],
+        {"wrong"},
+        "loss",
+        "checks the gradients only: a NaN loss is reported as some gradient's, not as the loss",
+        mistake="non-finite loss",
+    ),
+    "06_gpt_step.gradients_not_checked": Variant(
+        TRAIN,
+        [("        if not grads_ok:\n", "        if False:  # the loss is what we watch\n")],
+        {"wrong"},
+        "not raise",
+        "checks the loss only: a NaN gradient under a finite loss goes into the optimizer",
+        mistake="non-finite gradient",
+    ),
+    "06_gpt_step.update_before_the_check": Variant(
+        TRAIN,
+        [
+            (
+                "        self.check_finite(loss)\n        self.optimizer_step()\n",
+                "        self.optimizer_step()\n        self.check_finite(loss)\n",
+            )
+        ],
+        {"wrong"},
+        "stopped",
+        "updates the parameters, then checks: the step raises, but the model is already NaN",
+        mistake="update before the check",
+    ),
+    "06_gpt_step.fit_never_checked": Variant(
+        TRAIN,
+        [("    if need > free:\n", "    if need > free and False:  # let the allocator say it\n")],
+        {"wrong"},
+        "",
+        "never refuses a run: one that does not fit fails somewhere inside, after allocating gigabytes",
+        mistake="does not fit",
+    ),
+}
+VARIANTS.update(GPT_VARIANTS)
+BATCHES += [[name] for name in GPT_VARIANTS]

@@ -1,0 +1,10 @@
+"""Lab 7 task 06: a small GPT trained through your kernels of tasks 01-05.
+
+    kernels.py  (given) the five task files built into one library, and their C entry points
+    ops.py      (task 06) each kernel as a PyTorch operator (torch.library): fake and autograd
+    model.py    (given) the GPT-2-shaped model, written with the operators of ops.py
+    train.py    (task 06) the parameter arena, the training step and its non-finite check
+    data.py     (given) the token stream of lab 5's story corpus, and the batches
+
+`python -m gpt.train` (from lab7/) trains the model for 300 steps and prints the loss curve.
+"""
