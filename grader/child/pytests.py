@@ -7,9 +7,11 @@ over them, and the folder goes first on sys.path. So a variant is graded exactly
 student's file, and nothing is written into the lab.
 
 pytest then runs the spec file in an inner session (`--grader-inner`: the point tests are kept,
-the `grade` test dropped). Every test is written to the report as soon as it ends, and the phase
-names the running one, so a test that crashes the process (a segfault through ctypes, a CUDA
-error that aborts) or hangs is named in the verdict the grading process gives: crash or timeout.
+the `grade` test dropped). A point test may leave a line in the task's notes with pytest's
+`record_property("note", text)` (lab 7's loss curve says how close it came). Every test is
+written to the report as soon as it ends, and the phase names the running one, so a test that
+crashes the process (a segfault through ctypes, a CUDA error that aborts) or hangs is named in
+the verdict the grading process gives: crash or timeout.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
 
 MESSAGE_LINES = 3  # of each failing test's message, in the verdict
 MAX_LISTED = 8  # failing tests named in the verdict
+NOTE = "note"  # record_property("note", text) in a point test: a line in the task's notes
 _ADDRESS = re.compile(r"<(?:function|bound method|built-in function) ([\w.]+) at 0x[0-9a-f]+>")
 
 
@@ -114,6 +117,9 @@ class Collector:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         before = self.outcomes.get(report.nodeid)
+        for key, value in report.user_properties if report.when == "call" else ():
+            if key == NOTE:  # a passing check's figure for the report (the loss curve's worst step)
+                self.rec.report.notes.append(f"{self.names.get(report.nodeid, report.nodeid)}: {value}")
         if report.passed:
             if before is None:
                 self.outcomes[report.nodeid] = ("passed", "")

@@ -404,3 +404,21 @@ def test_gpu_checks_of_a_cpu_task_are_left_out_without_a_gpu(task, tmp_path):
     else:
         assert "test_on_the_gpu" not in ran and len(ran) == 4
         assert any("1 GPU check not run" in n and "test_on_the_gpu" in n for n in r.notes), r.notes
+
+
+def test_a_passing_check_may_leave_a_note_in_the_report(task, tmp_path):
+    """record_property("note", ...) in a point test becomes one of the task's notes, named by its
+    test (lab 7's loss curve says how close it came); other properties stay out of the report."""
+    lab = tmp_path / "lab"
+    shutil.copytree(FIXTURE, lab)
+    spec = lab / "tests" / SPEC.name
+    spec.write_text(
+        spec.read_text()
+        + "\n\n@pytest.mark.points(1)\ndef test_with_a_note(record_property):\n"
+        + "    record_property('note', 'worst step 7, 0.2% off')\n    record_property('other', 'x')\n"
+    )
+    later = dataclasses.replace(task, spec_file=str(spec))
+    (r,) = runner.grade([later], runner.Options(timing="off", timeout=TIMEOUT), {later.task_id: REFERENCE})
+    assert r.verdict == Verdict.PASS, r.message
+    assert "test_with_a_note: worst step 7, 0.2% off" in r.notes, r.notes
+    assert not any("'x'" in n or n.endswith(": x") for n in r.notes), r.notes

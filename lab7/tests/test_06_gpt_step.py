@@ -527,7 +527,7 @@ def test_does_not_fit_says_so_first():
 
 @pytest.mark.gpu
 @pytest.mark.points(5)
-def test_loss_curve_matches_pytorch():
+def test_loss_curve_matches_pytorch(record_property):
     """300 steps of the full model on lab 5's stories: every step's loss within 1% of PyTorch's."""
     from gpt import data
     from gpt.model import GPTConfig
@@ -544,6 +544,11 @@ def test_loss_curve_matches_pytorch():
     theirs = [ref.step(*batches[k]) for k in range(tc.steps)]
     worst = max(range(tc.steps), key=lambda k: abs(mine[k] - theirs[k]) / theirs[k])
     err = abs(mine[worst] - theirs[worst]) / theirs[worst]
+    record_property(
+        "note",
+        f"loss {mine[0]:.4f} -> {mine[-1]:.4f} in {tc.steps} steps (PyTorch's {theirs[0]:.4f} -> {theirs[-1]:.4f});"
+        f" farthest at step {worst + 1}, {100 * err:.3f}% off (allowed {100 * CURVE_RTOL:g}%)",
+    )
     assert err <= CURVE_RTOL, (
         f"step {worst + 1}: loss {mine[worst]:.4f}, PyTorch's {theirs[worst]:.4f} ({100 * err:.2f}% off; allowed"
         f" {100 * CURVE_RTOL:g}%); first and last: {mine[0]:.4f} -> {mine[-1]:.4f}, PyTorch's {theirs[0]:.4f} ->"
