@@ -26,7 +26,7 @@ export PYTEST_DISABLE_PLUGIN_AUTOLOAD := 1
 GRADE_OPTS := -q --no-header -p no:cacheprovider -rfEs $(if $(TASK),--task=$(TASK)) $(if $(SOLUTIONS),--solutions) $(ARGS)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup doctor train-lab3 generate bench-lab4 bench-lab5 bench-lab6 check verify grade grade-submission gradebook grade-class bench-grader skeletons release lint clean
+.PHONY: help setup doctor train-lab3 generate bench-lab4 bench-lab5 bench-lab6 bench-lab7 check verify grade grade-submission gradebook grade-class bench-grader skeletons release lint clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_%-]+:.*## / {name = $$1; sub(/%/, "N", name); printf "  %-16s %s\n", name, $$2}' $(MAKEFILE_LIST)
@@ -71,6 +71,11 @@ bench-lab6: $(STAMP) ## lab 6 (GPUs): task 01's timings, then 7B decode on 1, 2 
 	$(PY) -m grader bench lab6 $(if $(TASK),--task $(TASK)) $(if $(SOLUTIONS),--solutions)
 	$(PY) lab6/bench_tp.py $(if $(SOLUTIONS),--solutions --write-readme) $(ARGS)
 	$(PY) lab6/bench_allreduce.py $(if $(SOLUTIONS),--solutions --write-readme)
+
+# lab 7: the kernels' timings and ladders, then task 07: a GPT-2 124M step against PyTorch eager and torch.compile
+bench-lab7: $(STAMP) ## lab 7 (GPU): the kernels' timings, then a GPT-2 small training step against eager and torch.compile
+	$(PY) -m grader bench lab7 $(if $(TASK),--task $(TASK)) $(if $(SOLUTIONS),--solutions)
+	$(PY) lab7/bench_gpt.py $(if $(SOLUTIONS),--solutions --write-readme) $(ARGS)
 
 bench-lab%: $(STAMP) ## time a lab carefully; write its ladder tables and plots into its chapter (labN/*.md)
 	$(PY) -m grader bench lab$* $(if $(TASK),--task $(TASK)) $(if $(SOLUTIONS),--solutions)

@@ -24,12 +24,16 @@ _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc")
 
 
 def stage_packages(lab: Path, packages: Sequence[str], dest: Path, *, solutions: bool) -> None:
-    """Copies each package into `dest`, with its reference solutions over it when `solutions`."""
+    """Copies each package (or single file: lab 7's kernels beside its package) into `dest`, with
+    its reference solutions over it when `solutions`."""
     for name in packages:
         home, inner = paths.lab_file(lab, name)
         target = dest / Path(inner).name
-        shutil.copytree(home / inner, target, ignore=_IGNORE, dirs_exist_ok=True)
         solved = home / "solutions" / inner
+        if (home / inner).is_file():
+            shutil.copyfile(solved if solutions and solved.is_file() else home / inner, target)
+            continue
+        shutil.copytree(home / inner, target, ignore=_IGNORE, dirs_exist_ok=True)
         if solutions and solved.is_dir():
             shutil.copytree(solved, target, ignore=_IGNORE, dirs_exist_ok=True)
 
