@@ -81,7 +81,6 @@ import argparse
 import codecs
 import datetime
 import gc
-import json
 import math
 import os
 import re
@@ -1089,12 +1088,9 @@ def gate(results: dict[str, Any], skip_hf: bool) -> list[str]:
 
 def write_readme(text: str) -> None:
     """Replaces the chapter's generated block with `text`."""
-    from grader.report.timings import rewrite_marked
+    from grader.report.timings import write_bench_block
 
-    try:
-        rewrite_marked(README, BEGIN, END, text)
-    except ValueError as e:
-        sys.exit(str(e))
+    write_bench_block(README, BEGIN, END, text)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -1163,10 +1159,9 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{row['label']}: the PyTorch loop's prefill and first step logits vs kiln's: relative L2 {error:.2e}"
             )
-    out = LAB / "results" / ("reference-bench.json" if args.solutions else "my-bench.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {out.relative_to(ROOT)}")
+    from grader.report.timings import save_bench_results
+
+    print(f"wrote {save_bench_results(LAB, results, args.solutions).relative_to(ROOT)}")
     problems = gate(results, args.skip_hf) if args.solutions else []
     if args.write_readme:
         cmd = "python lab5/bench_llama.py" + (" --solutions" if args.solutions else "")

@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
-import json
 import math
 import re
 import statistics
@@ -509,12 +508,9 @@ def gate(results: dict[str, Any]) -> list[str]:
 
 def write_readme(text: str) -> None:
     """Replaces the chapter's generated block with `text`."""
-    from grader.report.timings import rewrite_marked
+    from grader.report.timings import write_bench_block
 
-    try:
-        rewrite_marked(README, BEGIN, END, text)
-    except ValueError as e:
-        sys.exit(str(e))
+    write_bench_block(README, BEGIN, END, text)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -549,10 +545,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wrote {FIGURE.relative_to(ROOT)}")
     text = table(results, figure)
     print(text)
-    out = LAB / "results" / ("reference-bench.json" if args.solutions else "my-bench.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {out.relative_to(ROOT)}")
+    from grader.report.timings import save_bench_results
+
+    print(f"wrote {save_bench_results(LAB, results, args.solutions).relative_to(ROOT)}")
     problems = check(results)
     gated = gate(results) if args.solutions else []
     if args.write_readme:

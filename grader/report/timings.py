@@ -14,6 +14,7 @@ places where the tables belong.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -104,3 +105,21 @@ def rewrite_marked(path: Path, begin_marker: str, end_marker: str, text: str) ->
     head, rest = doc.split(begin_marker, 1)
     tail = rest.split(end_marker, 1)[1]
     path.write_text(f"{head}{begin_marker}\n{text}\n{end_marker}{tail}", encoding="utf-8")
+
+
+def save_bench_results(lab: Path, results: Mapping[str, Any], solutions: bool) -> Path:
+    """A lab benchmark's results as JSON: <lab>/results/reference-bench.json for the reference
+    solutions, my-bench.json for the student's own code (kept apart: the reference's is committed)."""
+    out = lab / "results" / ("reference-bench.json" if solutions else "my-bench.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    return out
+
+
+def write_bench_block(path: Path, begin_marker: str, end_marker: str, text: str) -> None:
+    """rewrite_marked for a lab's benchmark script (`--write-readme`): a chapter without the block
+    ends the script with the reason, not a traceback."""
+    try:
+        rewrite_marked(path, begin_marker, end_marker, text)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None

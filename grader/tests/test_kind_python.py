@@ -382,22 +382,29 @@ def test_another_labs_files_are_named_from_the_lab_and_staged_at_the_top(task, t
     assert (dest / "kiln" / "ir.py").is_file() and (dest / "kiln" / "cpu.py").read_text() == "GRADED = True\n"
 
 
+def grade_with_test(task: PythonTask, tmp_path: Path, test: str) -> TaskResult:
+    """The reference graded against a copy of the fixture's spec with one more point test; it passes."""
+    lab = tmp_path / "lab"
+    shutil.copytree(FIXTURE, lab)
+    spec = lab / "tests" / SPEC.name
+    spec.write_text(spec.read_text() + "\n\n" + test)
+    later = dataclasses.replace(task, spec_file=str(spec))
+    (r,) = runner.grade([later], runner.Options(timing="off", timeout=TIMEOUT), {later.task_id: REFERENCE})
+    assert r.verdict == Verdict.PASS, r.message
+    return r
+
+
 def test_gpu_checks_of_a_cpu_task_are_left_out_without_a_gpu(task, tmp_path):
     """A task graded on the CPU may carry checks marked `gpu` (lab 5's generation runs on either):
     without a GPU they are deselected, neither passed nor failed, and the verdict says so."""
     from grader import toolchain
 
-    lab = tmp_path / "lab"
-    shutil.copytree(FIXTURE, lab)
-    spec = lab / "tests" / SPEC.name
-    spec.write_text(
-        spec.read_text()
-        + "\n\n@pytest.mark.gpu\n@pytest.mark.points(5)\ndef test_on_the_gpu():\n"
-        + "    import torch\n\n    assert torch.cuda.is_available()\n"
+    r = grade_with_test(
+        task,
+        tmp_path,
+        "@pytest.mark.gpu\n@pytest.mark.points(5)\ndef test_on_the_gpu():\n"
+        "    import torch\n\n    assert torch.cuda.is_available()\n",
     )
-    later = dataclasses.replace(task, spec_file=str(spec))
-    (r,) = runner.grade([later], runner.Options(timing="off", timeout=TIMEOUT), {later.task_id: REFERENCE})
-    assert r.verdict == Verdict.PASS, r.message
     ran = [t.name for t in r.tests]
     if toolchain.has_gpu():
         assert "test_on_the_gpu" in ran
@@ -409,16 +416,11 @@ def test_gpu_checks_of_a_cpu_task_are_left_out_without_a_gpu(task, tmp_path):
 def test_a_passing_check_may_leave_a_note_in_the_report(task, tmp_path):
     """record_property("note", ...) in a point test becomes one of the task's notes, named by its
     test (lab 7's loss curve says how close it came); other properties stay out of the report."""
-    lab = tmp_path / "lab"
-    shutil.copytree(FIXTURE, lab)
-    spec = lab / "tests" / SPEC.name
-    spec.write_text(
-        spec.read_text()
-        + "\n\n@pytest.mark.points(1)\ndef test_with_a_note(record_property):\n"
-        + "    record_property('note', 'worst step 7, 0.2% off')\n    record_property('other', 'x')\n"
+    r = grade_with_test(
+        task,
+        tmp_path,
+        "@pytest.mark.points(1)\ndef test_with_a_note(record_property):\n"
+        "    record_property('note', 'worst step 7, 0.2% off')\n    record_property('other', 'x')\n",
     )
-    later = dataclasses.replace(task, spec_file=str(spec))
-    (r,) = runner.grade([later], runner.Options(timing="off", timeout=TIMEOUT), {later.task_id: REFERENCE})
-    assert r.verdict == Verdict.PASS, r.message
     assert "test_with_a_note: worst step 7, 0.2% off" in r.notes, r.notes
     assert not any("'x'" in n or n.endswith(": x") for n in r.notes), r.notes
