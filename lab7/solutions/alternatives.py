@@ -298,3 +298,33 @@ ALTERNATIVES.update(
         ),
     }
 )
+
+# --- task 07: the step replayed from a CUDA graph ----------------------------------------------------
+
+ALTERNATIVES.update(
+    {
+        "07_graphed_step.pass_written_out": Alternative(
+            "gpt/graphed.py",
+            [
+                (
+                    "        graph = torch.cuda.CUDAGraph()\n"
+                    "        with torch.cuda.graph(graph):  # task 06's pass, recorded: it must not synchronise\n"
+                    "            static_loss = super().forward_backward(static_x, static_y)\n",
+                    "        from gpt import model\n\n"
+                    "        graph = torch.cuda.CUDAGraph()\n"
+                    "        with torch.cuda.graph(graph):\n"
+                    "            self.grads.zero_()\n"
+                    "            loss = model.loss(self.cfg, self.params, static_x, static_y)\n"
+                    "            loss.backward()\n"
+                    "            static_loss = loss.detach()\n",
+                ),
+                (
+                    "        return g.loss.clone()  # the next replay overwrites g.loss\n",
+                    "        out = torch.empty_like(g.loss)\n        out.copy_(g.loss)\n        return out\n",
+                ),
+            ],
+            "the captured pass written out (zero the arena, the model's loss, backward) rather than task 06's"
+            " forward_backward called inside the capture, and the loss copied into a fresh tensor",
+        ),
+    }
+)

@@ -1150,3 +1150,71 @@ GPT_VARIANTS: dict[str, Variant] = {
 }
 VARIANTS.update(GPT_VARIANTS)
 BATCHES += [[name] for name in GPT_VARIANTS]
+
+# --- task 07: the step replayed from a CUDA graph (Python: gpt/graphed.py) ----------------------------
+GRAPHED = "gpt/graphed.py"
+GRAPHED_VARIANTS = {
+    "07_graphed_step.inputs_not_copied": Variant(
+        GRAPHED,
+        [("        g.x.copy_(x)\n        g.y.copy_(y)\n", "")],
+        {"wrong"},
+        "a new batch",
+        "replays without copying the batch into the graph's inputs: every step computes the capture batch again",
+        mistake="results replayed",
+    ),
+    "07_graphed_step.static_loss_returned": Variant(
+        GRAPHED,
+        [("        return g.loss.clone()  # the next replay overwrites g.loss\n", "        return g.loss\n")],
+        {"wrong"},
+        "read after both calls",
+        "returns the graph's own loss tensor, which the next replay overwrites",
+        mistake="snapshot returned",
+    ),
+    "07_graphed_step.one_graph_for_all_shapes": Variant(
+        GRAPHED,
+        [
+            (
+                "        if shape not in self.graphs:\n            self.graphs[shape] = self.capture(x, y)\n"
+                "        g = self.graphs[shape]\n",
+                "        if not self.graphs:  # the batch never changes size\n"
+                "            self.graphs[shape] = self.capture(x, y)\n        g = next(iter(self.graphs.values()))\n",
+            )
+        ],
+        {"wrong", "crash"},
+        "",
+        "captures once and replays that graph for a batch of any size",
+        mistake="one graph for every shape",
+    ),
+    "07_graphed_step.hook_ignored": Variant(
+        GRAPHED,
+        [("        if self.logits_hook is not None:\n            return super().forward_backward(x, y)\n", "")],
+        {"wrong"},
+        "did not raise",
+        "replays the graph even while a logits hook is set: the hook's Python never runs",
+        mistake="hook ignored",
+    ),
+    "07_graphed_step.never_replays": Variant(
+        GRAPHED,
+        [("        if self.logits_hook is not None:\n", "        if True:  # the graph can wait\n")],
+        {"wrong"},
+        "graph replays",
+        "takes task 06's eager pass every time: right numbers, no graph",
+        mistake="no graph",
+    ),
+    "07_graphed_step.replay_on_a_private_stream": Variant(
+        GRAPHED,
+        [
+            (
+                "        g.graph.replay()  # on the current stream, after the copies\n",
+                "        with torch.cuda.stream(torch.cuda.Stream()):  # off the caller's stream\n"
+                "            g.graph.replay()\n",
+            )
+        ],
+        {"wrong", "crash"},
+        "busy stream",
+        "replays on a stream of its own, which does not wait for the caller's: the batch is not there yet",
+        mistake="wrong stream",
+    ),
+}
+VARIANTS.update(GRAPHED_VARIANTS)
+BATCHES += [[name] for name in GRAPHED_VARIANTS]

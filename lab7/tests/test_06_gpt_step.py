@@ -71,8 +71,8 @@ d_model 128 (2 heads of 64), context 64, batch 4, random tokens:
   for 300 steps (the check there asks for 0.25%). A wrong gradient or a wrong loss scale moves the
   curve by far more than 1%; a small mistake (decay on the layer norms' weights) may not move it at
   all, which is why the checks above judge the gradients and the optimizer on their own.
-Not checked: a CUDA graph of the step (the step synchronises once to check the loss, and cuBLASLt's
-first call makes its handle); performance (task 07 times a GPT-2 124M step).
+Not checked here: a CUDA graph of the pass (task 07 captures it), and performance (task 07's
+bench_gpt.py times a GPT-2 124M step).
 
 The point tests import the lab's code inside their bodies: the grading process loads this file too
 and must not run student code.
