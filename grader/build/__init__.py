@@ -15,6 +15,20 @@ class BuildError(Exception):
     """A library that could not be built: no CUDA toolkit here, or a compile error (nvcc's first)."""
 
 
+def cuda_error_string(rc: int) -> str:
+    """`invalid argument (cudaError 1)`: the runtime's words for a cudaError_t that an entry point of
+    such a library returned (through cuda-python), or its number alone where they are not known."""
+    try:
+        from cuda.bindings import runtime as cudart
+
+        answer = cudart.cudaGetErrorString(cudart.cudaError_t(rc))
+        text = answer[-1] if isinstance(answer, tuple) else answer
+        text = text.decode() if isinstance(text, bytes) else str(text)
+        return f"{text} (cudaError {rc})"
+    except Exception:  # no cuda-python, or a number it does not know: the number will do
+        return f"cudaError {rc}"
+
+
 def shared_library(
     name: str,
     sources: Sequence[Path],

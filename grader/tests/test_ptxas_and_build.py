@@ -276,3 +276,26 @@ def test_shared_library_links_the_libraries_it_is_given(tmp_path, monkeypatch):
         assert bare != linked, "the libraries are part of the build's key"
     with pytest.raises(BuildError, match="unknown library"):
         shared_library("lt", [src], group="t", stem="lt", libraries=("cublasXt",))
+
+
+def test_a_libraries_error_code_in_words(monkeypatch):
+    """cuda_error_string: the runtime's words where cuda-python knows the code, the number always."""
+    import sys
+    import types
+
+    from grader.build import cuda_error_string
+
+    class Code(int):
+        pass
+
+    runtime = types.SimpleNamespace(
+        cudaError_t=Code, cudaGetErrorString=lambda code: (0, b"invalid argument") if code == 1 else 1 / 0
+    )
+    cuda = types.ModuleType("cuda")
+    bindings = types.ModuleType("cuda.bindings")
+    bindings.runtime = runtime  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "cuda", cuda)
+    monkeypatch.setitem(sys.modules, "cuda.bindings", bindings)
+    monkeypatch.setitem(sys.modules, "cuda.bindings.runtime", runtime)
+    assert cuda_error_string(1) == "invalid argument (cudaError 1)"
+    assert cuda_error_string(999) == "cudaError 999"

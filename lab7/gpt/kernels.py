@@ -117,15 +117,10 @@ def stream() -> ctypes.c_void_p:
 
 def error_string(rc: int) -> str:
     """`invalid argument (cudaError 1)`: the runtime's words for a cudaError_t, or its number."""
-    try:
-        from cuda.bindings import runtime as cudart
+    _find_grader()
+    from grader.build import cuda_error_string
 
-        answer = cudart.cudaGetErrorString(cudart.cudaError_t(rc))
-        text = answer[-1] if isinstance(answer, tuple) else answer
-        text = text.decode() if isinstance(text, bytes) else str(text)
-        return f"{text} (cudaError {rc})"
-    except Exception:  # no cuda-python, or a number it does not know: the number will do
-        return f"cudaError {rc}"
+    return cuda_error_string(rc)
 
 
 def check(rc: int, what: str) -> None:
