@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from grader import paths, toolchain
+from grader.build import STAGE_ENV
 from grader.records import ChildJob, Phase, Stage, TestOutcome, Verdict
 from grader.tasks.python import DEFAULT_TEST_POINTS, LIBRARY_ENV, PythonTask
 
@@ -199,6 +200,7 @@ def run(task: PythonTask, job: ChildJob, rec: Recorder) -> None:
         # the student's environment must not change what the inner session runs (-x, --task, plugins)
         os.environ.pop("PYTEST_ADDOPTS", None)
         os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        os.environ[STAGE_ENV] = str(stage_dir)  # shared_library builds what is staged here from a settled copy
         if job.lib:  # the library the grading process built from the task's .cu sources
             os.environ[LIBRARY_ENV] = job.lib
         else:

@@ -299,3 +299,34 @@ def test_a_libraries_error_code_in_words(monkeypatch):
     monkeypatch.setitem(sys.modules, "cuda.bindings.runtime", runtime)
     assert cuda_error_string(1) == "invalid argument (cudaError 1)"
     assert cuda_error_string(999) == "cudaError 999"
+
+
+@pytest.mark.skipif(not _have_nvcc(), reason="nvcc not installed: install the CUDA toolkit to compile kernels")
+def test_a_staged_library_is_built_once_for_the_same_files(tmp_path, monkeypatch):
+    """A Python task's packages are staged in a new folder for every grading run (STAGE_ENV): the
+    same kernel files staged twice find one library, an edited header another, and a compile error
+    names the staged file, not the settled copy the build compiled."""
+    from grader.build import STAGE_ENV, BuildError, shared_library
+
+    monkeypatch.setattr(paths, "BUILD", tmp_path / "build")
+
+    def stage(k: int, header: str, body: str = "return SCALE * x;") -> tuple[Path, Path]:
+        root = tmp_path / f"stage-{k}"
+        (root / "pkg" / "kernels").mkdir(parents=True)
+        (root / "pkg" / "kernels" / "k.h").write_text(header)
+        src = root / "pkg" / "kernels" / "k.cu"
+        src.write_text(f'#include "pkg/kernels/k.h"\nextern "C" int scaled(int x) {{ {body} }}\n')
+        return root, src
+
+    def build(root: Path, src: Path) -> Path:
+        monkeypatch.setenv(STAGE_ENV, str(root))
+        return shared_library("k", [src], group="t", stem="k", include_dirs=[root])
+
+    first, again, edited = stage(1, "#define SCALE 2\n"), stage(2, "#define SCALE 2\n"), stage(3, "#define SCALE 3\n")
+    lib = build(*first)
+    assert build(*again) == lib
+    assert build(*edited) != lib
+    broken = stage(4, "#define SCALE 2\n", body="return SCALE * y;")
+    with pytest.raises(BuildError) as err:
+        build(*broken)
+    assert str(broken[1]) in str(err.value) and "settled" not in str(err.value), str(err.value)

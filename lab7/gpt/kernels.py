@@ -2,8 +2,9 @@
 
 The five task files sit beside this package (lab7/01_cross_entropy.cu ... lab7/05_adamw.cu; where
 the grader runs task 06, the files it grades: yours, or the references with --solutions). They are
-built through the grader's cached nvcc build, once per change of any of them (from a copy in
-.build/lab7/gpt-sources/ named by their content), with cuBLAS and cuBLASLt linked for task 03. Every entry
+built through the grader's cached nvcc build, once per change of any of them (the grader builds
+what it staged for a run from a copy named by the files' content: grader.build.shared_library),
+with cuBLAS and cuBLASLt linked for task 03. Every entry
 point returns a cudaError_t, which `check` turns into an exception that names the call.
 
     lib() -> ctypes.CDLL      the library, built on first use, each entry's argtypes declared
@@ -16,10 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import importlib.util
-import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -74,7 +72,7 @@ def lib() -> ctypes.CDLL:
         raise KernelError(f"the task files {', '.join(missing)} are not in {LAB}")
     try:
         path = shared_library(
-            "lab 7's kernels", _settled(sources), group="lab7", stem="gpt_kernels", include_dirs=[LAB],
+            "lab 7's kernels", sources, group="lab7", stem="gpt_kernels", include_dirs=[LAB],
             libraries=("cublas", "cublasLt"),  # task 03: cuBLASLt, and cuBLAS for its status names
         )  # fmt: skip
     except BuildError as e:
@@ -85,24 +83,6 @@ def lib() -> ctypes.CDLL:
         fn.argtypes = argtypes
         fn.restype = ctypes.c_int
     return found
-
-
-def _settled(sources: list[Path]) -> list[Path]:
-    """The sources copied into a folder of the build's cache named by their content. The grader
-    stages the task files in a fresh folder for every run, and the build keys a file by its place
-    as well as its content: from a settled copy, the same five files find the library built the
-    last time (a minute or two of nvcc saved per run), and any edit makes a new folder and a build."""
-    from grader import paths
-
-    digest = hashlib.sha256(b"".join(s.name.encode() + b"\0" + s.read_bytes() for s in sources)).hexdigest()[:20]
-    folder = paths.BUILD / "lab7" / "gpt-sources" / digest
-    if not all((folder / s.name).is_file() for s in sources):
-        folder.mkdir(parents=True, exist_ok=True)
-        for s in sources:
-            tmp = folder / f".{s.name}.{os.getpid()}"
-            shutil.copyfile(s, tmp)
-            os.replace(tmp, folder / s.name)  # whole files only, whoever else copies at the same time
-    return [folder / s.name for s in sources]
 
 
 def ptr(t: torch.Tensor | None) -> ctypes.c_void_p:
