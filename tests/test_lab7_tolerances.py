@@ -585,11 +585,16 @@ def test_a_master_rounded_to_bf16_fails() -> None:
     assert _adamw_failures(x, adamw_kernel_form(x, bf16=True, bf16_master=True), bf16=True)
 
 
-def test_decay_after_the_update_passes_where_lr_wd_is_small() -> None:
-    """Why the spec needs its lr = 3e-2, wd = 0.3 case: at lr = 1e-3, wd = 0.1 the difference
-    (lr^2 wd |u| = 1e-7 |u|) is within the tolerance, and the mistake would go unseen."""
+def test_decay_after_the_update_hides_in_rounding_where_lr_wd_is_small() -> None:
+    """Why the spec needs its lr = 3e-2, wd = 0.3 case: at lr = 1e-3, wd = 0.1 the difference the
+    mistake makes (lr^2 wd |u| <= 1e-7) is no larger than the tolerance's absolute term, so whether
+    the judge sees it depends on the roundings of the day (one element in 35180 crossed it with
+    torch 2.14, none with 2.13): the mistake would go unseen or be seen by chance."""
     x = _adamw_inputs("tails", 1, 1e-3, 0.1)
-    assert _adamw_failures(x, adamw_kernel_form(x, decay_after=True)) == []
+    right, wrong = adamw_kernel_form(x), adamw_kernel_form(x, decay_after=True)
+    atol, rtol = A.TOLERANCE["f32"]
+    gap = (wrong["params"] - right["params"]).abs() / (atol + rtol * right["params"].abs())
+    assert 0 < gap.max().item() <= 1.5, f"the mistake moves a parameter by {gap.max().item():.3g} tolerances"
 
 
 # --- task 04: flash attention backward ---------------------------------------------------------------

@@ -39,15 +39,22 @@ def test_the_grading_process_never_imports_the_task_process_code() -> None:
 
 
 def test_the_labs_build_through_the_public_build_function() -> None:
-    """Lab code outside the tests builds CUDA with grader.build.shared_library, not the build's
-    internals, which change with the grader."""
+    """Lab code outside the tests builds CUDA with grader.build.shared_library (and reads its
+    libraries' error codes with cuda_error_string), not the build's internals, which change with
+    the grader."""
     labs = [f for lab in paths.labs() for f in sorted(lab.rglob("*.py")) if "tests" not in f.parts]
     bad = [
         f"{paths.rel(f)}:{line} imports {name}"
         for f in labs
         for line, name in imported(f)
         if under(name, "grader.build")
-        and name not in ("grader.build", "grader.build.BuildError", "grader.build.shared_library")
+        and name
+        not in (
+            "grader.build",
+            "grader.build.BuildError",
+            "grader.build.shared_library",
+            "grader.build.cuda_error_string",
+        )
     ]
     assert not bad, "\n".join(bad)
 
