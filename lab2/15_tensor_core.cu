@@ -356,33 +356,9 @@ COURSE_API cudaError_t hgemm_2(const half* A, const half* B, float* C, int M, in
     return cudaGetLastError();
 }
 
-// Whether rung 3 can run on the current device, and its opt-in to more than 48 KiB of dynamic
-// shared memory (a per-device attribute of the kernel). The kernel must have been compiled for
-// sm_80 or later (a build for an older architecture has only the empty kernel); that is read
-// from the kernel itself, so a binary JIT-compiled from older PTX is refused too.
-static cudaError_t rung3_setup() {
-    cudaFuncAttributes attr{};
-    CUDA_CHECK(cudaFuncGetAttributes(&attr, hgemm_mma_kernel));
-    if (attr.ptxVersion < 80) return cudaErrorNotSupported;
-    return cudaFuncSetAttribute(hgemm_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, r3::SMEM_BYTES);
-}
-
-// rung3_setup once per device: its success is remembered, a failure is tried again next call.
-// Two threads may both run it the first time; setting the same attribute twice is harmless.
-static cudaError_t rung3_ready() {
-    constexpr int MAX_DEVICES = 64;
-    static std::atomic<bool> ready[MAX_DEVICES];  // static storage: all false at start
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    const bool tracked = dev >= 0 && dev < MAX_DEVICES;
-    if (tracked && ready[dev].load(std::memory_order_acquire)) return cudaSuccess;
-    CUDA_CHECK(rung3_setup());
-    if (tracked) ready[dev].store(true, std::memory_order_release);
-    return cudaSuccess;
-}
-
 COURSE_API cudaError_t hgemm_3(const half* A, const half* B, float* C, int M, int N, int K) {
-    CUDA_CHECK(rung3_ready());  // cudaErrorNotSupported before sm_80
+    // cudaErrorNotSupported before sm_80; the kernel's opt-in to its shared memory (course_mma.h)
+    CUDA_CHECK(tensor_core_kernel_ready<hgemm_mma_kernel>(r3::SMEM_BYTES));
     hgemm_mma_kernel<<<blocks_for(M, N, r3::BM, r3::BN), r3::THREADS, r3::SMEM_BYTES>>>(A, B, C, M, N, K);
     return cudaGetLastError();
 }

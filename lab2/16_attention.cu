@@ -44,7 +44,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -364,31 +363,10 @@ COURSE_API cudaError_t attention_2(const float* Q, const float* K, const float* 
     return cudaGetLastError();
 }
 
-// Rung 3's set-up, once per device and instantiation: refused unless the kernel was compiled for
-// sm_80 or later (read from the kernel itself, so a binary JIT-compiled from older PTX is refused
-// too), and the kernel's opt-in to its dynamic shared memory (64 KiB for D = 128: past the 48 KiB
-// default). Its success is remembered; a failure is tried again on the next call. Two threads may
-// both run it the first time; setting the same attribute twice is harmless.
-template <typename E, typename F>
-static cudaError_t rung3_ready() {
-    constexpr int MAX_DEVICES = 64;
-    static std::atomic<bool> ready[MAX_DEVICES];  // static storage: all false at start
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    const bool tracked = dev >= 0 && dev < MAX_DEVICES;
-    if (tracked && ready[dev].load(std::memory_order_acquire)) return cudaSuccess;
-    cudaFuncAttributes attr{};
-    CUDA_CHECK(cudaFuncGetAttributes(&attr, attention_mma_kernel<E, F>));
-    if (attr.ptxVersion < 80) return cudaErrorNotSupported;
-    CUDA_CHECK(cudaFuncSetAttribute(attention_mma_kernel<E, F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    F::SMEM_BYTES));
-    if (tracked) ready[dev].store(true, std::memory_order_release);
-    return cudaSuccess;
-}
-
 template <typename E, typename F>
 static cudaError_t launch_rung3(const E* Q, const E* K, const E* V, E* O, int BH, int T, int causal) {
-    CUDA_CHECK((rung3_ready<E, F>()));  // cudaErrorNotSupported before sm_80
+    // cudaErrorNotSupported before sm_80; the kernel's opt-in to 64 KiB for D = 128 (course_mma.h)
+    CUDA_CHECK((tensor_core_kernel_ready<attention_mma_kernel<E, F>>(F::SMEM_BYTES)));
     const unsigned tiles = (unsigned)(T + F::BR - 1) / F::BR;
     attention_mma_kernel<E, F><<<(unsigned)BH * tiles, F::THREADS, F::SMEM_BYTES>>>(Q, K, V, O, BH, T, causal);
     return cudaGetLastError();

@@ -40,7 +40,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -356,32 +355,12 @@ __global__ void __launch_bounds__(CONVERT_THREADS)
 // The host side, given.
 // ---------------------------------------------------------------------------------------------
 
-// Once per device and instantiation: refused unless the kernel was compiled for sm_80 or later
-// (read from the kernel itself, so a binary JIT-compiled from older PTX is refused too), and the
-// kernel's opt-in to its dynamic shared memory (past the 48 KB default). Its success is
-// remembered; a failure is tried again on the next call.
-template <typename E, typename F>
-static cudaError_t backward_ready() {
-    constexpr int MAX_DEVICES = 64;
-    static std::atomic<bool> ready[MAX_DEVICES];  // static storage: all false at start
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    const bool tracked = dev >= 0 && dev < MAX_DEVICES;
-    if (tracked && ready[dev].load(std::memory_order_acquire)) return cudaSuccess;
-    cudaFuncAttributes attr{};
-    CUDA_CHECK(cudaFuncGetAttributes(&attr, attention_backward_kernel<E, F>));
-    if (attr.ptxVersion < 80) return cudaErrorNotSupported;
-    CUDA_CHECK(cudaFuncSetAttribute(attention_backward_kernel<E, F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    F::SMEM_BYTES));
-    if (tracked) ready[dev].store(true, std::memory_order_release);
-    return cudaSuccess;
-}
-
 template <typename E, typename F>
 static cudaError_t launch_backward(const E* Q, const E* K, const E* V, const E* O, const E* dO, const float* LSE,
                                    E* dQ, E* dK, E* dV, float* dQ32, float* Delta, int BH, int T, int causal,
                                    cudaStream_t stream) {
-    CUDA_CHECK((backward_ready<E, F>()));  // cudaErrorNotSupported before sm_80, before any launch
+    // cudaErrorNotSupported before sm_80, before any launch (course_mma.h)
+    CUDA_CHECK((tensor_core_kernel_ready<attention_backward_kernel<E, F>>(F::SMEM_BYTES)));
     const int rows = BH * T;  // < 2^31 / D
     constexpr int prep_rows = PREP_THREADS / (F::D / 8);
     prep_kernel<E, F::D><<<(rows + prep_rows - 1) / prep_rows, PREP_THREADS, 0, stream>>>(O, dO, Delta, dQ32, rows);

@@ -1,15 +1,39 @@
 // course_mma.h — the shared-memory swizzle and the PTX wrappers of lab 2's tensor-core rungs:
 // cp.async (16-byte copies global -> shared, commit, wait) and ldmatrix (.x4, .x4.trans).
 //
-// Task 15's rung 3 (mma.sync GEMM) and task 16's rung 3 (flash attention) both use them; the
-// chapter's sections 15.6 and 16.3 explain each. The mma.sync wrapper stays in each task file: its
+// Task 15's rung 3 (mma.sync GEMM) and task 16's rung 3 (flash attention) both use them, and lab 7's
+// attention backward; the chapter's sections 15.6 and 16.3 explain each. The mma.sync wrapper stays in each task file: its
 // types are the task's own. The instructions exist from sm_80 on (ldmatrix from sm_75); for an
 // older target every wrapper compiles to nothing and the tasks' entry points refuse to launch.
 #pragma once
 
 #include "course.h"
 
+#include <atomic>
 #include <cstdint>
+
+// A tensor-core kernel's set-up on the current device, once per device and kernel: refused
+// (cudaErrorNotSupported) unless the kernel was compiled for sm_80 or later (read from the kernel
+// itself, so a binary JIT-compiled from older PTX is refused too; a build for an older target has
+// only the empty kernel), then its opt-in to `smem_bytes` of dynamic shared memory, past the 48 KiB
+// default (a per-device attribute of the kernel). Its success is remembered; a failure is tried
+// again on the next call. Two threads may both run it the first time: setting the same attribute
+// twice is harmless. Called from host code as tensor_core_kernel_ready<my_kernel<T>>(SMEM_BYTES).
+template <auto Kernel>
+static cudaError_t tensor_core_kernel_ready(size_t smem_bytes) {
+    constexpr int MAX_DEVICES = 64;
+    static std::atomic<bool> ready[MAX_DEVICES];  // static storage: all false at start
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    const bool tracked = dev >= 0 && dev < MAX_DEVICES;
+    if (tracked && ready[dev].load(std::memory_order_acquire)) return cudaSuccess;
+    cudaFuncAttributes attr{};
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, Kernel));
+    if (attr.ptxVersion < 80) return cudaErrorNotSupported;
+    CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes));
+    if (tracked) ready[dev].store(true, std::memory_order_release);
+    return cudaSuccess;
+}
 
 // Where chunk `chunk` (8 16-bit elements, 16 bytes) of row `row` of a shared tile with CPR chunks
 // per row lies, as an offset in elements from the tile's start. The tile is unpadded; what the swizzle
