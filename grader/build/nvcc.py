@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grader import paths, toolchain
-from grader.build import objects, packages
+from grader.build import objects, packages, phases
 from grader.build.objects import EntryReach
 from grader.build.ptxas import PtxFacts, demangle, parse_entries, parse_ptx
 from grader.records import KernelResources, Verdict
@@ -627,7 +627,13 @@ def _run_builds(plans: list[_Plan], jobs: int | None, nvcc: Path, confine: Confi
         objects = []
         for i, src in _compiled(plan):
             obj = plan.work / f"{i}.o"
-            command = step(_compile_command(plan, i, src, nvcc), plan.work / f"{i}.log")
+            compile_command = _compile_command(plan, i, src, nvcc)
+            if not plan.unit.check_only and (
+                phased := phases.script(compile_command, src, obj, plan.work / f"{i}.d", plan.work / str(i))
+            ):
+                (plan.work / f"{i}.sh").write_text(phased)
+                compile_command = ["/bin/sh", str(plan.work / f"{i}.sh")]
+            command = step(compile_command, plan.work / f"{i}.log")
             if plan.unit.check_only:  # the stamp says the check passed: --ptx and -fsyntax-only leave no .o
                 command += f" && touch {shlex.quote(str(obj))}"
             steps.append(([obj], [src], command))
@@ -791,22 +797,23 @@ def _covered(header: str, roots: list[str]) -> bool:
 
 
 def _dep_file(path: Path) -> list[str]:
-    """The prerequisites of a make-style dependency file (-MD -MF), normalized absolute paths."""
+    """The prerequisites of every rule of a make-style dependency file (-MD -MF): normalized
+    absolute paths, each once. nvcc writes one rule; a build of nvcc's phases side by side
+    (grader/build/phases.py) two, one per preprocess."""
     try:
         text = path.read_text(errors="replace")
     except OSError:
         return []
     tokens = [t.replace("\\ ", " ") for t in re.split(r"(?<!\\)\s+", text.replace("\\\n", " ")) if t]
-    try:
-        start = next(i for i, t in enumerate(tokens) if t.endswith(":")) + 1
-    except StopIteration:
-        return []
-    out = []
-    for t in tokens[start:]:
-        if t.endswith(":"):  # -MP phony targets, never emitted here; stop to be safe
-            break
-        out.append(os.path.normpath(os.path.join(str(paths.BUILD), t.replace("$$", "$"))))
-    return out
+    out: dict[str, None] = {}
+    in_rule = False
+    for k, t in enumerate(tokens):
+        if t.endswith(":") or (k + 1 < len(tokens) and tokens[k + 1] == ":"):
+            in_rule = in_rule or t.endswith(":")  # a target ("obj:" or "obj :"), not a prerequisite
+            continue
+        if in_rule:
+            out[os.path.normpath(os.path.join(str(paths.BUILD), t.replace("$$", "$")))] = None
+    return list(out)
 
 
 _MARKER = re.compile(r'^# (\d+) "((?:[^"\\]|\\.)*)"((?: \d+)*)[ \t]*$', re.M)
