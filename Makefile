@@ -115,7 +115,7 @@ grade: $(STAMP) ## grade every lab (benchmark timing, sanitizer, cases past 2^31
 
 bench-grader: $(STAMP) ## time the edit-and-retest loop against torch's load_inline (GPU, instructors)
 	@test -f benchmarks/edit_loop.py || { echo "bench-grader is an instructor tool: not part of a student release"; exit 2; }
-	$(PY) benchmarks/edit_loop.py
+	$(PY) benchmarks/edit_loop.py $(ARGS)
 
 skeletons: $(STAMP) ## regenerate the student files (.cu, .py, .ipynb) from labN/solutions/
 	$(PY) -m grader skeletons
