@@ -287,7 +287,7 @@ VARIANTS: dict[str, Variant] = {
     ),
     # --- task 04 (cuDNN's graph API)
     "04_cudnn.graph_forgets_relu_output": Variant(
-        "04_cudnn.cu",
+        "04_cudnn.cpp",
         [
             (
                 "    lg->y = g.pointwise(biased, fe::graph::Pointwise_attributes()\n"
@@ -308,7 +308,7 @@ VARIANTS: dict[str, Variant] = {
         mistake="missing ReLU",
     ),
     "04_cudnn.wrong_stride_for_w": Variant(
-        "04_cudnn.cu",
+        "04_cudnn.cpp",
         [
             (
                 "                         .set_stride({k * n, 1, k})\n",
@@ -324,7 +324,7 @@ VARIANTS: dict[str, Variant] = {
         mistake="wrong strides",
     ),
     "04_cudnn.graph_rebuilt_every_call": Variant(
-        "04_cudnn.cu",
+        "04_cudnn.cpp",
         [
             (
                 "    auto found = g_linear.find(key);\n    if (found == g_linear.end()) {\n",

@@ -1,4 +1,4 @@
-"""Checks for lab3/04_cudnn.cu: y = relu(x · wᵀ + b) as one cuDNN graph (matmul, bias add, ReLU)
+"""Checks for lab3/04_cudnn.cpp and 04_cudnn.cu: y = relu(x · wᵀ + b) as one cuDNN graph (matmul, bias add, ReLU)
 whose wᵀ is described by strides over w's (out, in) memory, built once per shape and cached; the
 CNN's convolution + bias + ReLU as a conv_fprop graph; and the student's own direct convolution
 kernel for the same layer, timed against it and against torch.
@@ -271,7 +271,7 @@ TASK = CudaTask(
     lab="lab3",
     number="04",
     title="cuDNN graphs (linear + ReLU, conv + bias + ReLU) and your own convolution",
-    sources=["04_cudnn.cu"],
+    sources=["04_cudnn.cpp", "04_cudnn.cu"],
     entries=[
         Entry(
             "linear_relu_cudnn",
