@@ -73,8 +73,9 @@ bench-lab6: $(STAMP) ## lab 6 (GPUs): task 01's timings, then 7B decode on 1, 2 
 	$(PY) lab6/bench_allreduce.py $(if $(SOLUTIONS),--solutions --write-readme)
 
 # lab 7: the kernels' timings and ladders, then task 07: a GPT-2 124M step against PyTorch eager and torch.compile
-bench-lab7: $(STAMP) ## lab 7 (GPU): the kernels' timings, then a GPT-2 small training step against eager and torch.compile
+bench-lab7: $(STAMP) ## lab 7 (GPU): the kernels' timings, task 06's loss curve against PyTorch's, then a GPT-2 small step against eager and torch.compile
 	$(PY) -m grader bench lab7 $(if $(TASK),--task $(TASK)) $(if $(SOLUTIONS),--solutions)
+	$(PY) lab7/curve.py $(if $(SOLUTIONS),--solutions --write-readme)
 	$(PY) lab7/bench_gpt.py $(if $(SOLUTIONS),--solutions --write-readme) $(ARGS)
 
 bench-lab%: $(STAMP) ## time a lab carefully; write its ladder tables and plots into its chapter (labN/*.md)

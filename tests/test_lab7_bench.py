@@ -120,3 +120,53 @@ def test_the_command_line() -> None:
     assert (args.batch, args.steps, args.skip_compile, args.solutions) == (4, 3, True, False)
     with pytest.raises(SystemExit):
         bench.parse_args(["--batch", "0"])
+
+
+# --- lab7/curve.py: task 06's loss curve, drawn ---------------------------------------------------------
+
+import curve  # noqa: E402
+
+
+def _curve(yours: list[float], pytorch: list[float]) -> dict[str, Any]:
+    return {
+        "date": "2026-11-29",
+        "device": "a card",
+        "solutions": True,
+        "model": {"n_layer": 2, "n_head": 2, "d_model": 128, "context": 64},
+        "batch": 4,
+        "allowed": 0.01,
+        "yours": yours,
+        "pytorch": pytorch,
+    }
+
+
+def test_the_curve_uses_the_specs_reference_and_allowance() -> None:
+    pytest.importorskip("torch")
+    spec = curve.spec()
+    assert spec.CURVE_RTOL == 0.01 and hasattr(spec.Reference, "step")
+
+
+def test_the_curve_reports_its_farthest_step_and_fails_as_the_spec_does() -> None:
+    good = _curve([6.0, 4.0, 3.0], [6.0, 4.02, 3.0])
+    s = curve.summary(good)
+    assert s["worst_step"] == 2 and s["worst"] == pytest.approx(0.02 / 4.02)
+    assert curve.problems(_curve([6.0, 4.0, 3.0], [6.0, 4.03, 3.0])) == []  # 0.74%
+    (far,) = curve.problems(_curve([6.0, 4.0, 3.0], [6.0, 4.1, 3.0]))
+    assert far.startswith("step 2:") and "allowed 1%" in far
+    (nan,) = curve.problems(_curve([6.0, float("nan"), 3.0], [6.0, 4.0, 3.0]))
+    assert "not finite" in nan
+    text = curve.text(good, "figures/loss-curve.png")
+    assert "6.0000 → 3.0000 in 3 steps" in text and "at step 2" in text and "](figures/loss-curve.png)" in text
+
+
+def test_the_curve_is_drawn(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "curve.png"
+    curve.plot(_curve([6.0 - 0.01 * k for k in range(300)], [6.0 - 0.0101 * k for k in range(300)]), png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_chapter_has_the_curves_block() -> None:
+    text = curve.README.read_text()
+    assert text.count(curve.BEGIN) == 1 and text.count(curve.END) == 1
+    assert text.index(curve.BEGIN) < text.index(curve.END)
