@@ -67,9 +67,7 @@ def grade_task_01(head_start: bool = True) -> float:
     solution, timing off); `head_start=False`: pytest alone, the build begun only once pytest has
     started, as the loop was before make's head start (grader/build/head_start.py)."""
     if head_start:
-        # make's Python is this one, so that both loops reach one fork server (its socket is named
-        # by the interpreter): .venv/bin/python and the same Python by another path would start two
-        command = ["make", "-s", f"PY={sys.executable}", "test-lab1", "TASK=01", "SOLUTIONS=1", "ARGS=--timing off"]
+        command = ["make", "-s", "test-lab1", "TASK=01", "SOLUTIONS=1", "ARGS=--timing off"]
     else:
         command = [sys.executable, "-m", "pytest", "lab1/tests", "-q", "-p", "no:cacheprovider", "--solutions"]
         command += ["--task", "01", "--timing", "off"]

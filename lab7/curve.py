@@ -48,7 +48,8 @@ def spec() -> Any:
 
 def train(solutions: bool) -> dict[str, Any]:
     """Both runs, one after the other on this GPU; the losses of every step."""
-    from bench_gpt import use_lab
+    sys.path.insert(0, str(LAB))
+    from bench_gpt import use_lab  # gpt/ and the kernels, as the GPT-2 bench stages them
 
     use_lab(solutions)
     import torch
@@ -153,7 +154,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    sys.path.insert(0, str(LAB))  # bench_gpt's use_lab
     results = train(args.solutions)
     out = LAB / "results" / ("reference-curve.json" if args.solutions else "loss-curve.json")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -34,7 +34,9 @@ def socket_path() -> Path:
     Each pytest-xdist worker of `make check` has its own too: a server forks one task process at a
     time and waits for it, so two workers sharing one would grade in turns (and a task process
     waiting for its build would hold up the other worker's grading)."""
-    h = hashlib.sha256(sys.executable.encode() + os.environ.get("CUDA_VISIBLE_DEVICES", "*").encode())
+    # the interpreter by its real file: .venv/bin/python and the same Python reached by another
+    # path (a venv folder that is a link) are one interpreter, with one server
+    h = hashlib.sha256(os.path.realpath(sys.executable).encode() + os.environ.get("CUDA_VISIBLE_DEVICES", "*").encode())
     h.update(os.environ.get("PYTEST_XDIST_WORKER", "").encode())
     for folder in (paths.ROOT, Path(sys.prefix)):
         st = folder.stat()
