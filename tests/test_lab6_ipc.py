@@ -11,7 +11,8 @@ checked without one:
 - the builds: skeleton and solution compile with the course's nvcc flags and export the task's
   seven C functions (loading a library needs no GPU: nothing runs at load);
 - kiln_tp/ipc.py: the inputs are whole numbers whose sums are exact and new at every call, a
-  mismatch is described, and a library whose first call fails is reported by name;
+  mismatch is described, a library whose first call fails is reported by name, and a GPU that
+  never finishes a call is named by its scenario and call within CALL_LIMIT_S;
 - bench_allreduce.py: sizes, bus bandwidth (the 2(W - 1)/W factor), the table and the goals, from
   made-up timings; and the README's block is still the placeholder until a GPU run writes it.
 """
@@ -154,6 +155,81 @@ def test_describe_names_the_first_mismatch():
     got[3] = -1
     assert m.describe(got, want, "x") == "x: wrong at 1 of 6 elements; first at [3]: -1, expected 3"
     assert "shape" in m.describe(got[:2], want, "x")
+
+
+def test_a_stuck_gpu_is_named_by_its_call_within_the_limit(monkeypatch):
+    """settle() waits as torch.cuda.synchronize() does, for the rank's own device, but gives up after
+    CALL_LIMIT_S naming the scenario's call; a kernel's error comes through as it is."""
+    import threading
+    import time
+
+    m = ipc()
+    synced: list[int] = []
+    release = threading.Event()
+
+    def stuck(device: int) -> None:
+        synced.append(device)
+        release.wait()  # a kernel spinning on a flag that never comes
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "synchronize", stuck)
+    monkeypatch.setattr(m, "CALL_LIMIT_S", 0.3)
+    s = m._Scenario(comm=None)
+    s.next_call()
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"one call, n=5, call 1: the GPU had not finished 0.3 s later"):
+        s.settle("one call, n=5")
+    assert time.monotonic() - start < 5
+    assert synced == [1]  # rank 1's GPU, not the waiting thread's default device 0
+    release.set()
+
+    def crashed(device: int) -> None:
+        raise RuntimeError("CUDA error: misaligned address")
+
+    monkeypatch.setattr(torch.cuda, "synchronize", crashed)
+    with pytest.raises(RuntimeError, match="misaligned address"):
+        s.settle("one call, n=1001")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device: None)
+    s.settle("one call, n=1001")  # finished: no error
+
+
+class _FakeCommunicator:
+    """A Communicator's set-up and close (two barriers, as the real one) without a library or a GPU."""
+
+    def __init__(self, lib_path, prefix, capacity, rank, world) -> None:
+        self.rank = rank
+
+    def close(self) -> None:
+        import torch.distributed as dist
+
+        dist.barrier()
+        dist.barrier()
+
+
+def checks_with_a_failing_rank(rank: int, world: int, failing: int) -> dict:
+    """check_all_reduce on fake scenarios: rank `failing` raises in the first (a call that never
+    finished), every other rank finishes them all."""
+    from kiln_tp import ipc as m
+
+    def first(s) -> None:
+        if s.comm.rank == failing:
+            raise TimeoutError("one call, n=1, call 1: the GPU had not finished")
+
+    m.Communicator = _FakeCommunicator
+    m.RUNS = {name: (first if name == m.SCENARIOS[0] else lambda s: None) for name in m.SCENARIOS}
+    return m.check_all_reduce(rank, world, "", "ring")
+
+
+def test_findings_come_back_when_one_rank_raised():
+    """A rank that raised goes straight to the gather of findings; the others must not wait for it
+    in the communicator's close (its barriers would pair with the gather and hang)."""
+    from kiln_tp import launch
+
+    found = launch(2, checks_with_a_failing_rank, 0, timeout=60)
+    first, *rest = ipc().SCENARIOS
+    assert "raised TimeoutError" in found[first][0][0] and found[first][1] == []
+    assert all(found[name][0] == [f"not run: scenario {first!r} raised first"] for name in rest)
+    assert launch(2, checks_with_a_failing_rank, -1, timeout=60) == {name: [[], []] for name in ipc().SCENARIOS}
 
 
 def test_sizes_cover_the_edges():

@@ -223,3 +223,25 @@ def test_launch_names_the_failing_rank() -> None:
     with pytest.raises(LaunchError, match=r"rank 1 of 2 failed:(.|\n)*ValueError: rank one says no") as e:
         launch(2, fails_on_rank_one, timeout=120)
     assert e.value.rank == 1
+
+
+def returns_then_lingers(rank: int, world: int) -> int:
+    """Returns at once; rank 1 leaves a thread behind that keeps its process from ever exiting, as a
+    kernel still spinning on a flag keeps a GPU rank's synchronize on the way out from returning."""
+    import threading
+    import time
+
+    if rank == 1:
+        threading.Thread(target=time.sleep, args=(3600,), daemon=False).start()
+    return 40 + rank
+
+
+def test_launch_result_stands_once_every_rank_returned() -> None:
+    import importlib
+    import time
+
+    launcher = importlib.import_module("kiln_tp.launch")
+    start = time.monotonic()
+    assert launcher.launch(2, returns_then_lingers, timeout=120) == 40
+    took = time.monotonic() - start
+    assert took < launcher.TEARDOWN_S + 30, f"{took:.0f} s: the lingering rank was not ended after TEARDOWN_S"

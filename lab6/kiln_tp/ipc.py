@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -47,6 +48,10 @@ SIZES = (1, 2, 3, 4, 5, 7, 8, 9, 1000, 1001, 4099, 65536 + 3, (1 << 20) + 5, 1 <
 CAPACITY = (1 << 22) + PAD
 # the scenarios, in the order every rank runs them; each name is a test of the task's grader
 SCENARIOS = ("sizes", "repeated", "back_to_back", "late", "stream", "graph")
+# how long a rank waits for its queued calls: an honest call takes microseconds to a millisecond,
+# the late rank's peers wait LATE_S; a kernel spinning on a flag that never comes is caught here,
+# by the scenario and call it hangs in, not by the launch's time limit minutes later
+CALL_LIMIT_S = 15.0
 
 
 class AllReduceError(RuntimeError):
@@ -204,6 +209,31 @@ class _Scenario:
         buf[n : n + PAD].fill_(SENTINEL)
         buf[:n].copy_(rank_input(self.comm.rank, call, n))
 
+    def settle(self, what: str) -> None:
+        """Waits for everything queued on this rank's GPU, as torch.cuda.synchronize() does (every
+        stream, the legacy one too), but at most CALL_LIMIT_S: past it, raises TimeoutError naming `what`
+        and the last call. The synchronize runs in a thread, which a hung GPU leaves blocked: the
+        rank then stops its scenarios, and the launcher ends the process."""
+        failed: list[BaseException] = []
+        device = torch.cuda.current_device()  # the rank's: a new thread's current device is GPU 0
+
+        def wait() -> None:
+            try:
+                torch.cuda.synchronize(device)
+            except BaseException as e:  # a kernel's error (a misaligned address) is the scenario's
+                failed.append(e)
+
+        waiter = threading.Thread(target=wait, daemon=True)
+        waiter.start()
+        waiter.join(CALL_LIMIT_S)
+        if waiter.is_alive():
+            raise TimeoutError(
+                f"{what}, call {self.calls}: the GPU had not finished {CALL_LIMIT_S:g} s later; a kernel is "
+                "waiting for a flag that never comes (a peer that never arrived, failed, or wrote another value)"
+            )
+        if failed:
+            raise failed[0]
+
     def check(self, got: torch.Tensor, n: int, call: int, what: str) -> None:
         message = describe(got, expected_sum(self.comm.world, call, n), f"{what} (n={n})")
         if message:
@@ -221,7 +251,7 @@ def _sizes(s: _Scenario) -> None:
         call = s.next_call()
         s.prepare(n, call)
         s.comm.all_reduce(n)
-        torch.cuda.synchronize()
+        s.settle(f"one call, n={n}")
         s.check(s.comm.tensor(n), n, call, "one call")
         s.check_tail(n, "one call")
 
@@ -232,7 +262,7 @@ def _repeated(s: _Scenario) -> None:
         call = s.next_call()
         s.prepare(n, call)
         s.comm.all_reduce(n)
-        torch.cuda.synchronize()
+        s.settle(f"call {k + 1} of 4, n={n}")
         s.check(s.comm.tensor(n), n, call, f"call {k + 1} of 4 on new inputs")
 
 
@@ -247,7 +277,7 @@ def _back_to_back(s: _Scenario) -> None:
         s.comm.tensor(n).copy_(x)
         s.comm.all_reduce(n)
         outs.append(s.comm.tensor(n).clone())
-    torch.cuda.synchronize()
+    s.settle(f"three calls back to back, n={n}")
     for k, (c, out) in enumerate(zip(calls, outs, strict=True)):
         s.check(out, n, c, f"back-to-back call {k + 1} of 3")
 
@@ -258,11 +288,11 @@ def _late(s: _Scenario) -> None:
     for n in (1000, (1 << 20) + 3):
         call = s.next_call()
         if s.comm.rank == s.comm.world - 1:
-            torch.cuda.synchronize()
+            s.settle(f"before the late call, n={n}")
             time.sleep(LATE_S)
         s.prepare(n, call)
         s.comm.all_reduce(n)
-        torch.cuda.synchronize()
+        s.settle(f"rank {s.comm.world - 1} late, n={n}")
         s.check(s.comm.tensor(n), n, call, f"rank {s.comm.world - 1} {LATE_S:g} s late")
 
 
@@ -281,8 +311,7 @@ def _stream(s: _Scenario) -> None:
         s.comm.tensor(n).copy_(x)
         s.comm.all_reduce(n, stream=side)
         out = s.comm.tensor(n).clone()
-    side.synchronize()
-    torch.cuda.synchronize()
+    s.settle(f"on a non-default stream, n={n}")
     s.check(out, n, call, "on a non-default stream")
 
 
@@ -293,7 +322,7 @@ def _graph(s: _Scenario) -> None:
     static_in = torch.zeros(n, device="cuda")
     static_out = torch.zeros(n, device="cuda")
     graph = torch.cuda.CUDAGraph()
-    torch.cuda.synchronize()
+    s.settle("before the capture")
     with torch.cuda.graph(graph):
         s.comm.tensor(n).copy_(static_in)
         s.comm.all_reduce(n)  # on the capture's stream: torch makes it current
@@ -302,7 +331,7 @@ def _graph(s: _Scenario) -> None:
         call = s.next_call()
         static_in.copy_(rank_input(s.comm.rank, call, n))
         graph.replay()
-        torch.cuda.synchronize()
+        s.settle(f"CUDA graph replay {k + 1} of 3, n={n}")
         s.check(static_out, n, call, f"CUDA graph replay {k + 1} of 3")
 
 
@@ -319,17 +348,20 @@ RUNS: dict[str, Callable[[_Scenario], None]] = {
 def check_all_reduce(rank: int, world: int, lib_path: str, prefix: str) -> dict[str, list[list[str]]]:
     """Run by kiln_tp.launch on every rank: every scenario in order on one Communicator. Returns
     (on rank 0: launch's result) {scenario: [what rank 0 found wrong, rank 1's, ...]}. A scenario
-    that raises ends the run (the ranks' calls no longer pair up): it and the ones after say why."""
+    that raises ends the run (the ranks' calls no longer pair up): it and the ones after say why.
+    The findings are gathered before the communicator is closed, and it is closed only where every
+    rank finished its scenarios: close's barriers would otherwise pair with a rank that raised,
+    and wait in the gather, which is where that rank is."""
     found: dict[str, list[str]] = {name: [] for name in SCENARIOS}
+    failed = ""
     try:
         comm = Communicator(lib_path, prefix, CAPACITY, rank, world)
     except Exception as e:  # the skeleton's cudaErrorNotYetImplemented, a failed IPC open
-        comm = None
+        comm, failed = None, "set-up"
         for name in SCENARIOS:
             found[name].append(f"setting up the communicator failed: {e}")
     if comm is not None:
         s = _Scenario(comm)
-        failed = ""
         for name in SCENARIOS:
             if failed:
                 found[name].append(f"not run: scenario {failed!r} raised first")
@@ -337,15 +369,15 @@ def check_all_reduce(rank: int, world: int, lib_path: str, prefix: str) -> dict[
             s.errors = []
             try:
                 RUNS[name](s)
-            except Exception as e:
+            except Exception as e:  # a CUDA error, a capture that fails, a call that never finishes
                 failed = name
                 s.errors.append(f"raised {type(e).__name__}: {e} ({_where(e)})")
             found[name] = s.errors
-        if not failed:
-            comm.close()
     gathered: list[Any] = [None] * world
-    dist.all_gather_object(gathered, found)
-    return {name: [g[name] for g in gathered] for name in SCENARIOS}
+    dist.all_gather_object(gathered, (found, failed))
+    if comm is not None and not any(f for _, f in gathered):
+        comm.close()
+    return {name: [g[name] for g, _ in gathered] for name in SCENARIOS}
 
 
 def _where(e: BaseException) -> str:

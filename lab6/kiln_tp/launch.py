@@ -30,6 +30,10 @@ Before the group is destroyed, a GPU rank collects its garbage and synchronizes:
 captured NCCL calls (every executor of kiln_tp's model holds some) keep the communicator in use,
 and destroying it under them can hang (pytorch issue 115388). A rank that failed does not destroy
 its group at all: it reports and exits (os._exit), leaving nothing that could hang on the way out.
+Once every rank has returned from `fn`, the run's result stands: each rank leaves a mark beside the
+store, and ranks still leaving the group TEARDOWN_S later are ended, whatever kept them (a kernel
+that never ends, such as one that waits for a flag a failed peer never set, and that `fn` gave up
+waiting for, blocks the synchronize on the way out).
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 POLL = 0.05  # seconds between looks at the ranks
+TEARDOWN_S = 10.0  # how long ranks that have all returned get to leave the group before they are ended
 DEVICES = ("cpu", "cuda")
 GPU_BACKEND = "cpu:gloo,cuda:nccl"  # CUDA tensors through NCCL, CPU tensors through gloo
 
@@ -116,6 +121,7 @@ def _rank_main(
         if rank == 0:
             torch.save(result, os.path.join(folder, "result.pt"))
         del result
+        Path(folder, f"returned-{rank}").touch()  # from here on, the run's result stands
         dist.barrier()  # no rank leaves the group while another still needs it
         if device == "cuda":
             gc.collect()  # the executors' CUDA graphs (reference cycles) release the communicator
@@ -156,23 +162,41 @@ def launch(world: int, fn: Callable[..., Any], *args: Any, timeout: float = 120.
             start_method="spawn",
         )
         deadline = time.monotonic() + timeout
+        returned_at: float | None = None  # when the last rank returned from fn
         try:
             while not ctx.join(timeout=POLL, grace_period=1.0):
-                if time.monotonic() > deadline:
+                now = time.monotonic()
+                if returned_at is None and _all_returned(Path(folder), world):
+                    returned_at = now
+                if returned_at is not None and now > returned_at + TEARDOWN_S:
+                    break  # the result stands; _end below ends the ranks still leaving the group
+                if now > deadline:
                     running = [r for r, p in enumerate(ctx.processes) if p.is_alive()]
                     _end(ctx.processes)
                     raise LaunchError(f"ranks {running} of {world} still running after {timeout:g} s: ended")
-        except mp.ProcessRaisedException as e:
-            raise LaunchError(f"rank {e.error_index} of {world} failed:{_last_lines(str(e))}", e.error_index) from None
-        except mp.ProcessExitedException as e:
-            first = _first_error(Path(folder))
-            if first is not None:
-                rank, trace = first
-                raise LaunchError(f"rank {rank} of {world} failed:{_last_lines(trace)}", rank) from None
-            raise LaunchError(f"rank {e.error_index} of {world} died: {e}", e.error_index) from None
+        except (mp.ProcessRaisedException, mp.ProcessExitedException) as e:
+            if not _all_returned(Path(folder), world):  # a rank failed in fn (or on the way in)
+                raise _failure(Path(folder), world, e) from None
+            # a rank that failed on its way out of the group, after every rank returned: the result stands
         finally:
             _end(ctx.processes)
         return torch.load(Path(folder) / "result.pt", weights_only=False)
+
+
+def _all_returned(folder: Path, world: int) -> bool:
+    return all((folder / f"returned-{r}").exists() for r in range(world))
+
+
+def _failure(folder: Path, world: int, e: BaseException) -> LaunchError:
+    """The LaunchError for a rank that raised, wrote its error, or died."""
+    if isinstance(e, mp.ProcessRaisedException):
+        return LaunchError(f"rank {e.error_index} of {world} failed:{_last_lines(str(e))}", e.error_index)
+    first = _first_error(folder)
+    if first is not None:
+        rank, trace = first
+        return LaunchError(f"rank {rank} of {world} failed:{_last_lines(trace)}", rank)
+    index = getattr(e, "error_index", None)
+    return LaunchError(f"rank {index} of {world} died: {e}", index)
 
 
 def _end(processes: list[Any]) -> None:
