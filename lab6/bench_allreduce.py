@@ -39,7 +39,6 @@ ROOT = LAB.parent
 README = LAB / "README.md"
 BEGIN, END = "<!-- bench-allreduce:begin -->", "<!-- bench-allreduce:end -->"
 PACKAGES = ["kiln_tp", "../lab5/kiln_llm", "../lab5/llama", "../lab4/kiln"]
-SOURCES = {"ring": "02_ring.cu", "one_shot": "03_one_shot.cu"}
 # bytes of float32: the decode step's 8 KB to 256 KB, then up to the ring's 256 MB
 SIZES = ["8K", "16K", "32K", "64K", "128K", "256K", "1M", "4M", "16M", "64M", "256M"]
 ITERS = 20  # calls in one graph
@@ -83,30 +82,14 @@ def use_lab(solutions: bool) -> None:
         use_packages(LAB, PACKAGES, solutions=True)
 
 
-def build(solutions: bool) -> tuple[dict[str, str], dict[str, str]]:
-    """({prefix: library path}, {prefix: why it is left out}) for tasks 02 and 03."""
-    from grader import paths
-    from grader.build import BuildError, shared_library
-
-    built, left_out = {}, {}
-    for prefix, rel in SOURCES.items():
-        source = paths.solution_source(LAB, rel) if solutions else paths.student_source(LAB, rel)
-        tag = "sol" if solutions else "student"
-        try:
-            built[prefix] = str(shared_library(rel, [source], group="lab6", stem=f"{source.stem}.{tag}"))
-        except BuildError as e:
-            left_out[prefix] = str(e).splitlines()[0]
-    return built, left_out
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from grader.toolchain import gpus, nvcc_version
     from kiln_tp import launch
-    from kiln_tp.ipc import time_all_reduce
+    from kiln_tp.ipc import build_libraries, time_all_reduce
 
-    libs, left_out = build(args.solutions)
+    libs, left_out = build_libraries(args.solutions)
     found = gpus()
     nccl = torch.cuda.nccl.version()
     times = launch(args.world, time_all_reduce, libs, args.sizes, ITERS, REPS, timeout=LAUNCH_TIMEOUT_S, device="cuda")

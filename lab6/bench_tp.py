@@ -3,6 +3,7 @@
     python lab6/bench_tp.py                                   # your kiln_tp (lab 6's 04 and 05, labs 4 and 5 done)
     python lab6/bench_tp.py --solutions --write-readme        # the reference: JSON, README block and figure
     python lab6/bench_tp.py --gpus 1 2 --steps 64             # fewer counts, fewer steps
+    python lab6/bench_tp.py --own-all-reduce                  # also each count with tasks 02 and 03's all-reduces
 
 Needs GPUs and nothing from the network: the weights are random float16 tensors in the shape of
 Llama-2-7B (dim 4096, 32 layers, 32 heads, hidden 11008, vocab 32000: 6.74 G parameters, 13.5 GB),
@@ -14,7 +15,9 @@ this machine shows is skipped, and the table says so.
 - 1 GPU: lab 5's LlamaModel (the fused graph, the decode step in CUDA graphs), what one GPU runs
   without any of lab 6: the baseline of every speed-up.
 - W GPUs: kiln_tp's TPLlamaModel on each rank, its share of the weights (shard_weights) and the
-  step with its 2 x 32 all-reduces captured in CUDA graphs (task 04's lowering).
+  step with its 2 x 32 all-reduces captured in CUDA graphs (task 04's lowering). With
+  --own-all-reduce, each such count once more with the all-reduces lowered to tasks 02 and 03's
+  libraries (kiln_tp.own_all_reduce: the one-shot for the step's rows), a row "W, tasks 02+03".
 - Decode: a prompt of PROMPT_LEN tokens, WARMUP steps untimed, then --steps steps, each timed on
   rank 0 with the GPU synchronized on both sides of model.decode (lab 5's benchmark's measure). The
   tokens fed are fixed in advance (seeded), the same at every count, so the logits of two counts
@@ -71,6 +74,7 @@ NCCL_ROW = 4096  # the all-reduce NCCL is timed alone on: one decode step's row 
 NCCL_REPEATS = 20
 # the issue's goals (issue 26): decode speed over one GPU's, on H100s; shown, never a gate
 GOALS = {2: 1.6, 4: 2.5}
+OWN = " own"  # the key suffix of a run whose all-reduces are tasks 02 and 03's ("2 own")
 
 SHAPE: dict[str, Any] = {
     "label": "Llama-2-7B shape",
@@ -205,6 +209,11 @@ def bench_rank(rank: int, world: int, spec: dict[str, Any]) -> dict[str, Any]:
     config = make_config(max_seq)
     torch.cuda.reset_peak_memory_stats()
     weights = random_weights(config)
+    own = spec.get("own_libs")
+    if own:  # before the model's executors are built: they lower all_reduce to tasks 02 and 03
+        from kiln_tp.own_all_reduce import use_own_all_reduce
+
+        use_own_all_reduce(own["ring"], own["one_shot"])
     if world == 1:
         from llama.model import LlamaModel
 
@@ -245,6 +254,11 @@ def bench_rank(rank: int, world: int, spec: dict[str, Any]) -> dict[str, Any]:
     gc.collect()  # the local graph's executor and step graphs
     dist.barrier()
     out["nccl_alone_us"] = nccl_alone_us(out["all_reduces_per_step"])
+    if own:  # every rank, nothing replays the model's graphs any more
+        from kiln_tp.own_all_reduce import stop_own_all_reduce
+
+        stop_own_all_reduce()
+        out["all_reduce"] = "tasks 02+03"
     return out
 
 
@@ -289,6 +303,34 @@ def plan(counts: Sequence[int], visible: int) -> tuple[list[int], dict[str, str]
     return run, skipped
 
 
+def run_keys(counts: Sequence[int], own: bool) -> list[str]:
+    """The runs in order: each count ("2"), and with `own` each count of 2 or more again ("2 own")."""
+    return [k for w in counts for k in ([str(w)] + ([f"{w}{OWN}"] if own and w > 1 else []))]
+
+
+def key_order(key: str) -> tuple[int, bool]:
+    """Sorts "1", "2", "2 own", "4", "4 own" so."""
+    return int(key.split()[0]), key.endswith(OWN)
+
+
+def own_libraries(solutions: bool) -> tuple[dict[str, str], str]:
+    """({prefix: library}, "") with tasks 02 and 03 built, or ({}, why their rows are not run)."""
+    from kiln_tp.ipc import SOURCES, build_libraries
+
+    if not solutions:
+        from grader import paths
+        from grader.tasks.regions import untouched_regions
+
+        for rel in SOURCES.values():
+            path = paths.student_source(LAB, rel)
+            if untouched_regions(path.read_text(encoding="utf-8"), str(path)):
+                return {}, f"lab6/{rel} is not done yet (its TODO regions are empty)"
+    libs, left_out = build_libraries(solutions)
+    if left_out:
+        return {}, "; ".join(f"{p} did not build: {why}" for p, why in left_out.items())
+    return libs, ""
+
+
 def relative_error(a: Any, b: Any) -> float:
     return float((a - b).norm() / b.norm())
 
@@ -311,7 +353,7 @@ def run_counts(args: argparse.Namespace) -> dict[str, Any]:
 
     from grader.toolchain import gpus, nvcc_version
     from kiln_tp import launch
-    from kiln_tp.launch import gpus_visible
+    from kiln_tp.launch import LaunchError, gpus_visible
 
     visible = gpus_visible()
     counts, skipped = plan(args.gpus, visible)
@@ -340,14 +382,33 @@ def run_counts(args: argparse.Namespace) -> dict[str, Any]:
     spec = {"prompt": prompt, "tokens": tokens, "steps": args.steps}
     for w, why in skipped.items():
         say(f"{w} GPUs: skipped, {why}")
+    own_libs, own_missing = own_libraries(args.solutions) if args.own_all_reduce else ({}, "")
     logits: dict[str, tuple[Any, Any]] = {}
-    for w in counts:
-        say(f"{w} GPU{'s' * (w > 1)}: random weights, compile, capture, prefill {args.prompt_len}, {args.steps} steps")
+    for key in run_keys(counts, args.own_all_reduce):
+        w = int(key.split()[0])
+        if key.endswith(OWN) and own_missing:
+            results["skipped"][key] = own_missing
+            say(f"{_label(key)} GPUs: skipped, {own_missing}")
+            continue
+        say(f"{_label(key)} GPUs: weights, compile, capture, prefill {args.prompt_len}, {args.steps} steps")
         t0 = time.perf_counter()
-        r = launch(w, bench_rank, spec, timeout=LAUNCH_TIMEOUT_S, device="cuda")
-        logits[str(w)] = (r.pop("prefill_last_logits"), r.pop("first_decode_logits"))
+        try:
+            r = launch(
+                w,
+                bench_rank,
+                {**spec, "own_libs": own_libs if key.endswith(OWN) else {}},
+                timeout=LAUNCH_TIMEOUT_S,
+                device="cuda",
+            )
+        except LaunchError as e:
+            if not key.endswith(OWN):
+                raise
+            results["skipped"][key] = f"failed: {str(e).splitlines()[0]}"  # your libraries: NCCL's rows stand
+            say(f"{_label(key)} GPUs: {results['skipped'][key]}")
+            continue
+        logits[key] = (r.pop("prefill_last_logits"), r.pop("first_decode_logits"))
         r["seconds"] = time.perf_counter() - t0
-        results["runs"][str(w)] = r
+        results["runs"][key] = r
         say(f"  {r['decode_tokens_per_s']:.1f} tok/s, {r['step_ms_median']:.2f} ms a step ({r['seconds']:.0f} s)")
     if "1" in logits:
         base = logits["1"]
@@ -427,21 +488,24 @@ def table(results: dict[str, Any], figure: str | None = None) -> str:
         "| kiln arenas per GPU |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for w in sorted({*map(int, results["runs"]), *map(int, results["skipped"])}):
-        r = results["runs"].get(str(w))
+    for key in sorted({*results["runs"], *results["skipped"]}, key=key_order):
+        w, label = key_order(key)[0], _label(key)
+        r = results["runs"].get(key)
         if r is None:
-            lines.append(f"| {w} | not run: {results['skipped'][str(w)]} | | | | | | | |")
+            lines.append(f"| {label} | not run: {results['skipped'][key]} | | | | | | | |")
             continue
         comm = _ms(r.get("comm_ms_median")) if w > 1 else "–"
         speed = f"{r['speedup']:.2f}x" if r.get("speedup") is not None else "–"
         lines.append(
-            f"| {w} | {r['decode_tokens_per_s']:.1f} | {_ms(r['step_ms_median'])} | {_ms(r.get('compute_ms_median'))}"
+            f"| {label} | {r['decode_tokens_per_s']:.1f} | {_ms(r['step_ms_median'])}"
+            f" | {_ms(r.get('compute_ms_median'))}"
             f" | {comm} | {_us(r.get('comm_us_per_all_reduce'))} | {_us(r.get('nccl_alone_us'))} | {speed}"
             f" | {_gib(r.get('memory_bytes'))} |"
         )
-    checked = [(w, r["logit_error"]) for w, r in sorted(results["runs"].items()) if "logit_error" in r]
+    ordered = sorted(results["runs"].items(), key=lambda kr: key_order(kr[0]))
+    checked = [(k, r["logit_error"]) for k, r in ordered if "logit_error" in r]
     if checked:
-        said = ", ".join(f"{w} GPUs {e:.1e}" for w, e in checked)
+        said = ", ".join(f"{_label(k)} GPUs {e:.1e}" for k, e in checked)
         lines += ["", f"Logits against one GPU's (relative L2, the prompt's last position and the first step): {said}."]
     lines += ["", "Goals (the course's, not gates):", ""]
     lines += [
@@ -450,6 +514,16 @@ def table(results: dict[str, Any], figure: str | None = None) -> str:
     if figure:
         lines += ["", f"![decode step time at each GPU count, compute and communication]({figure})"]
     return "\n".join(lines)
+
+
+def _label(key: str) -> str:
+    """A run's name in the table: "2", or "2, tasks 02+03" for its all-reduces by tasks 02 and 03."""
+    return f"{key.split()[0]}, tasks 02+03" if key.endswith(OWN) else key
+
+
+def _bar_label(key: str, world: int) -> str:
+    gpus = f"{world} GPU{'s' * (world > 1)}"
+    return f"{gpus},\ntasks 02+03" if key.endswith(OWN) else gpus
 
 
 def _shape_params(shape: dict[str, Any]) -> list[int]:
@@ -468,8 +542,9 @@ def plot(results: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = sorted(results["runs"].values(), key=lambda r: r["world"])
-    labels = [f"{r['world']} GPU{'s' * (r['world'] > 1)}" for r in runs]
+    keys = sorted(results["runs"], key=key_order)
+    runs = [results["runs"][k] for k in keys]
+    labels = [_bar_label(k, r["world"]) for k, r in zip(keys, runs, strict=True)]
     compute = [r.get("compute_ms_median") or r["step_ms_median"] for r in runs]
     comm = [max(r.get("comm_ms_median") or 0.0, 0.0) for r in runs]
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
@@ -506,8 +581,8 @@ def write_readme(text: str) -> None:
 def gate(results: dict[str, Any]) -> list[str]:
     """What keeps the reference solutions from passing: logits of a GPU count far from one GPU's."""
     return [
-        f"{w} GPUs: logits {r['logit_error']:.3f} (relative L2) from one GPU's, over {MAX_LOGIT_ERROR}"
-        for w, r in sorted(results["runs"].items())
+        f"{_label(k)} GPUs: logits {r['logit_error']:.3f} (relative L2) from one GPU's, over {MAX_LOGIT_ERROR}"
+        for k, r in sorted(results["runs"].items(), key=lambda kr: key_order(kr[0]))
         if r.get("logit_error", 0.0) > MAX_LOGIT_ERROR
     ]
 
@@ -518,6 +593,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--gpus", type=int, nargs="+", default=list(COUNTS), help="GPU counts (default 1 2 4)")
     parser.add_argument("--steps", type=int, default=STEPS, help=f"decode steps timed (default {STEPS})")
     parser.add_argument("--prompt-len", type=int, default=PROMPT_LEN, help=f"prompt tokens (default {PROMPT_LEN})")
+    parser.add_argument(
+        "--own-all-reduce",
+        action="store_true",
+        help="also run each count of 2 or more with tasks 02 and 03's all-reduces in NCCL's place",
+    )
     parser.add_argument(
         "--write-readme", action="store_true", help=f"the table and figure into {README.relative_to(ROOT)}"
     )

@@ -54,6 +54,7 @@ def test_arguments() -> None:
     )
     args = bench.parse_args(["--gpus", "2", "1", "--steps", "16", "--solutions", "--write-readme"])
     assert (args.gpus, args.steps, args.solutions, args.write_readme) == ([2, 1], 16, True, True)
+    assert not args.own_all_reduce and bench.parse_args(["--own-all-reduce"]).own_all_reduce
     for bad in (["--gpus", "0"], ["--steps", "0"], ["--prompt-len", "0"]):
         with pytest.raises(SystemExit):
             bench.parse_args(bad)
@@ -151,6 +152,33 @@ def test_goals_met_and_without_one_gpu() -> None:
     alone = synthetic({"2": run(2, 170.0, 5.9, 5.0)}, {})
     assert bench.goals(alone)[0][1:] == ("not measured (one GPU not measured)", None)
     assert "| 2 | 170.0 | 5.90 ms | 5.00 ms | 0.90 ms |" in bench.table(alone)
+
+
+def test_rows_with_tasks_02_and_03s_all_reduces(tmp_path: Path) -> None:
+    assert bench.run_keys([1, 2, 4], own=True) == ["1", "2", "2 own", "4", "4 own"]
+    assert bench.run_keys([1, 2], own=False) == ["1", "2"]
+    assert sorted(["4 own", "2", "1", "4", "2 own"], key=bench.key_order) == ["1", "2", "2 own", "4", "4 own"]
+    results = synthetic(
+        {
+            "1": run(1, 200.0, 5.0, 5.0),
+            "2": run(2, 280.0, 3.5, 2.9, logit_error=2e-3),
+            "2 own": run(2, 290.0, 3.4, 2.9, logit_error=1e-3),
+        },
+        {"4": "needs 4 GPUs; this machine shows 2", "4 own": "lab6/02_ring.cu is not done yet"},
+    )
+    assert results["runs"]["2 own"]["speedup"] == pytest.approx(1.45)
+    text = bench.table(results)
+    rows = [ln.split(" |")[0] for ln in text.splitlines() if ln.startswith("| ") and ln[2:5] not in ("GPU", "---")]
+    assert rows == ["| 1", "| 2", "| 2, tasks 02+03", "| 4", "| 4, tasks 02+03"]
+    assert "| 2, tasks 02+03 | 290.0 | 3.40 ms | 2.90 ms | 0.50 ms |" in text
+    assert "| 4, tasks 02+03 | not run: lab6/02_ring.cu is not done yet |" in text
+    assert "2 GPUs 2.0e-03, 2, tasks 02+03 GPUs 1.0e-03" in text
+    assert "- 2 GPUs >= 1.6x one GPU's decode: 1.40x, **missed**" in text  # the goals stay NCCL's rows'
+    results["runs"]["2 own"]["logit_error"] = 0.3
+    assert bench.gate(results) == ["2, tasks 02+03 GPUs: logits 0.300 (relative L2) from one GPU's, over 0.05"]
+    pytest.importorskip("matplotlib")
+    bench.plot(results, tmp_path / "tp.png")
+    assert (tmp_path / "tp.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_gate(two: dict[str, Any]) -> None:

@@ -153,6 +153,23 @@ def test_tasks_not_done_are_named(model: Path) -> None:
         )
 
 
+def test_own_all_reduce_is_for_gpus_and_needs_tasks_02_and_03() -> None:
+    r = run_module("lab6", "kiln_tp.generate", "--world", "2", "--device", "cpu", "--all-reduce", "own")
+    assert r.returncode == 2, said(r)
+    assert "--all-reduce own runs tasks 02 and 03's CUDA libraries: GPUs only" in r.stderr, said(r)
+    code = (
+        "from kiln_tp.generate import not_done\n"
+        "for own in (True, False):\n"
+        "    print(sorted({t.lab + '/' + t.number for t in not_done('cuda', own=own)}))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "lab6"), str(ROOT)])}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    with_own, without = out.stdout.splitlines()[-2:]
+    assert "'lab6/02'" in with_own and "'lab6/03'" in with_own, with_own  # this checkout's skeletons
+    assert "lab6/02" not in without and "lab6/03" not in without, without
+
+
 @needs_solutions
 def test_indivisible_model_is_refused(model: Path) -> None:
     r = run_module("lab6", "kiln_tp.generate", "--world", "4", "--device", "cpu", "--model", str(model), "--solutions")
@@ -178,3 +195,27 @@ def test_two_ranks_print_what_one_process_prints(model: Path) -> None:
     assert STATS.search(two.stdout)["world"] == "2", said(two)
     assert texts[0].startswith(PROMPT) and len(texts[0]) > len(PROMPT) + 1, said(one)
     assert texts[1] == texts[0], f"2 ranks:\n{texts[1]!r}\none process:\n{texts[0]!r}"
+
+
+# --- on two GPUs ---------------------------------------------------------------------------------------------
+
+
+@needs_solutions
+@pytest.mark.gpu
+def test_own_all_reduce_prints_what_nccl_prints() -> None:
+    """Greedy generation of the tiny model on 2 GPUs, the reference solutions: tasks 02 and 03's
+    all-reduces in NCCL's place give the same text (their float32 sums round once, NCCL's float16
+    ones after each addition: a near tie could still swap a token, and the tiny model has none here)."""
+    import torch
+
+    seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if seen < 2:
+        pytest.skip(f"needs 2 GPUs (one rank on each); this machine shows {seen}")
+    common = ["--world", "2", "--prompt", PROMPT, "--max-new-tokens", str(STEPS), "--solutions"]
+    nccl = run_module("lab6", "kiln_tp.generate", *common)
+    own = run_module("lab6", "kiln_tp.generate", *common, "--all-reduce", "own")
+    assert nccl.returncode == 0, said(nccl)
+    assert own.returncode == 0, said(own)
+    assert "all-reduces by tasks 02 and 03" in own.stdout, said(own)
+    text = [r.stdout.split("\n[")[0] for r in (nccl, own)]
+    assert text[0] == text[1], f"NCCL:\n{text[0]}\ntasks 02 and 03:\n{text[1]}"

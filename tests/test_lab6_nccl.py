@@ -245,3 +245,94 @@ def test_launch_result_stands_once_every_rank_returned() -> None:
     assert launcher.launch(2, returns_then_lingers, timeout=120) == 40
     took = time.monotonic() - start
     assert took < launcher.TEARDOWN_S + 30, f"{took:.0f} s: the lingering rank was not ended after TEARDOWN_S"
+
+
+# --- kiln_tp.own_all_reduce: all_reduce lowered to tasks 02 and 03, with stand-in libraries --------------
+
+
+class StandInCommunicator:
+    """kiln_tp.ipc.Communicator's interface over a CPU buffer, summed by gloo: what the lowering does
+    with tasks 02 and 03's libraries, without them or a GPU."""
+
+    def __init__(self, lib_path: str, prefix: str, capacity: int, rank: int, world: int) -> None:
+        self.prefix, self.capacity = prefix, capacity
+        self.buffer = torch.full((capacity,), float("nan"))
+        self.calls: list[int] = []
+        self.closed = False
+
+    def tensor(self, n: int) -> torch.Tensor:
+        return self.buffer[:n]
+
+    def all_reduce(self, n: int, stream: Any = None) -> None:
+        import torch.distributed as dist
+
+        self.calls.append(n)
+        dist.all_reduce(self.buffer[:n])
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def own_lowered_on_cpu(rank: int, world: int, sizes: list[int], dtype: torch.dtype) -> dict[str, Any]:
+    """On one rank: use_own_all_reduce with stand-in communicators (one-shot up to 100 floats, ring
+    up to 1000), each size lowered and launched twice; what the checks need."""
+    import torch.distributed as dist
+
+    from kiln.cuda import CUDA_LOWERINGS
+    from kiln_tp import own_all_reduce as own
+
+    own.Communicator = StandInCommunicator
+    nccl = CUDA_LOWERINGS["all_reduce"]
+    own.use_own_all_reduce("ring.so", "one_shot.so", ring_capacity=1000, one_shot_max_bytes=400)
+    swapped = CUDA_LOWERINGS["all_reduce"] is own.lower_all_reduce_own
+    comms = own._in_use["comms"]
+    nccl_calls: list[int] = []
+    plain = dist.all_reduce
+
+    def counted(t: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if not any(t.data_ptr() == c.buffer.data_ptr() for c in comms.values()):
+            nccl_calls.append(t.numel())  # not a stand-in's buffer: task 04's lowering
+        return plain(t, *args, **kwargs)
+
+    dist.all_reduce = counted
+    outs, rcs, xs = {}, [], {}
+    try:
+        for n in sizes:
+            node = _node()
+            x = ((torch.arange(n) % 7) + 0.25 * (rank + 1)).to(dtype)
+            out = torch.full((n,), float("nan"), dtype=dtype)
+            ex = SimpleNamespace(tensors={node.inputs[0]: x, node: out}, stream=None)
+            launch = CUDA_LOWERINGS["all_reduce"](ex, node)
+            rcs += [launch(), launch()]
+            outs[n], xs[n] = out, x
+    finally:
+        dist.all_reduce = plain
+    own.stop_own_all_reduce()
+    return {
+        "swapped": swapped,
+        "restored": CUDA_LOWERINGS["all_reduce"] is nccl,
+        "calls": {p: c.calls for p, c in comms.items()},
+        "closed": all(c.closed for c in comms.values()),
+        "nccl_calls": nccl_calls,
+        "rcs": rcs,
+        "outs": outs,
+        "x0": xs,
+    }
+
+
+@needs_solutions
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_own_all_reduce_picks_by_size_and_sums_on_every_rank(solutions: Path, dtype: torch.dtype) -> None:
+    from kiln_tp import launch
+
+    sizes = [1, 100, 101, 1000, 1001]  # one-shot, one-shot, ring, ring, past the ring's buffer: NCCL's lowering
+    got = launch(2, own_lowered_on_cpu, sizes, dtype, timeout=120)
+    assert got["swapped"] and got["restored"] and got["closed"]
+    assert got["rcs"] == [0] * (2 * len(sizes))
+    assert got["calls"] == {"one_shot": [1, 1, 100, 100], "ring": [101, 101, 1000, 1000]}
+    assert got["nccl_calls"] == [1001, 1001], "a message past the ring's buffer goes to task 04's lowering"
+    for n in sizes:
+        base = (torch.arange(n) % 7).double()
+        want = (2 * base + 0.25 * (1 + 2)).to(dtype)  # summed in float32 (exact here), rounded once
+        assert torch.equal(got["outs"][n], want), f"n={n}: the sum of both ranks' x in out"
+        assert torch.equal(got["x0"][n], ((torch.arange(n) % 7) + 0.25).to(dtype)), "x keeps its value"

@@ -13,6 +13,8 @@ CPU kernel (ops.py) and its CUDA lowering (cuda.py). The modules:
     model.py    TPLlamaModel (lab 5's LlamaModel on one rank's share) and greedy generation
                 over the ranks, rank 0's token broadcast (given)
     launch.py   `launch`: world processes, one process group, rank 0's result, a failing rank named (given)
+    ipc.py      tasks 02 and 03's libraries from Python: CUDA IPC buffers, their checks and timings (given)
+    own_all_reduce.py  all_reduce lowered to tasks 02 and 03's libraries instead of NCCL (given)
     generate.py `make generate GPUS=N`: lab 5's generation on N ranks, rank 0's text (given)
 
 kiln is lab 4's package and kiln_llm and llama are lab 5's: the grader stages all three beside

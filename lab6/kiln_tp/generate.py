@@ -3,11 +3,14 @@
     make generate GPUS=2                                     # the embedded tiny model on GPUs 0 and 1
     make generate GPUS=2 MODEL=~/models/llama2-7b PROMPT="..." STEPS=64
     PYTHONPATH=lab6 python -m kiln_tp.generate --world 2 [--device cpu] [lab 5's options]
+    make generate GPUS=2 ARGS="--all-reduce own"           # your all-reduces of tasks 02 and 03, not NCCL
 
 The same command line as lab 5's `python -m llama.generate` (prompt, model, sampling, --solutions,
 --no-graph, ...) with --world N: N ranks started by kiln_tp.launch, rank r on GPU r, each holding
 its share of the weights (task 05's shard_weights) in lab 5's CUDA executors, the all-reduces
-lowered to NCCL (task 04) and captured with the decode step. Every rank runs lab 5's decode_loop;
+lowered to NCCL (task 04), or with --all-reduce own to tasks 02 and 03's libraries
+(kiln_tp.own_all_reduce: the one-shot for a decode step's rows, the ring for a prompt's), and
+captured with the decode step. Every rank runs lab 5's decode_loop;
 RankZeroSampler makes every rank feed rank 0's token, and rank 0 alone writes the text, as it is
 chosen, to the same stdout; its statistics line follows once every rank is done. --device cpu runs
 the ranks on the CPU instead (gloo, lab 4's CPU executor): slow, but no GPU needed.
@@ -42,6 +45,7 @@ PROG = "python -m kiln_tp.generate"
 SPLIT = ("n_heads", "n_kv_heads", "hidden_dim")  # what each rank gets an equal share of
 # the lab 6 task files a run executes, by device (named from lab6/ as the task specs name them)
 TASK_FILES = {"cpu": ("kiln_tp/shard.py",), "cuda": ("kiln_tp/shard.py", "kiln_tp/cuda.py")}
+OWN_FILES = ("02_ring.cu", "03_one_shot.cu")  # and with --all-reduce own, tasks 02 and 03
 PACKAGES = ("kiln_tp", "../lab5/kiln_llm", "../lab5/llama", "../lab4/kiln")
 TAGGED = re.compile(r"NotImplementedError: (?P<lab>lab\d+)/(?P<number>\d+):?\s*(?P<what>[^\n]*)")
 
@@ -123,6 +127,10 @@ def generate_rank(rank: int, world: int, spec: dict[str, Any]) -> dict[str, Any]
 
     device, ids = spec["device"], spec["ids"]
     on_gpu = device == "cuda"
+    if spec["own_libs"]:  # before the model's executors are built: they lower all_reduce to them
+        from kiln_tp.own_all_reduce import use_own_all_reduce
+
+        use_own_all_reduce(spec["own_libs"]["ring"], spec["own_libs"]["one_shot"])
     config, weights = load(spec["model"], dtype=spec["dtype"])
     local_config, local_weights = shard_weights(config, weights, rank, world)
     del weights
@@ -170,6 +178,10 @@ def generate_rank(rank: int, world: int, spec: dict[str, Any]) -> dict[str, Any]
         if rest:
             show(rest)
         show("")
+    if spec["own_libs"]:  # every rank at once, nothing replays the model's graphs any more
+        from kiln_tp.own_all_reduce import stop_own_all_reduce
+
+        stop_own_all_reduce()
     return {
         "tokens": loop.tokens,
         "prefill_tokens_per_s": len(ids) / loop.prefill_seconds if loop.prefill_seconds > 0 else 0.0,
@@ -192,11 +204,18 @@ def parser() -> argparse.ArgumentParser:
     ap.description = "Generates text with lab 5's LLaMA split over several GPUs (lab 6's tensor parallelism)."
     ap.add_argument("--world", type=int, required=True, help="how many ranks (GPUs): make generate GPUS=N")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds before the ranks are ended (3600)")
+    ap.add_argument(
+        "--all-reduce",
+        choices=("nccl", "own"),
+        default="nccl",
+        help="nccl: task 04's lowering (default); own: your ring and one-shot of tasks 02 and 03 (GPUs only)",
+    )
     return ap
 
 
-def not_done(device: str, *, use_graph: bool = True) -> list[Any]:
-    """Labs 4 and 5's tasks the run needs that are not done yet (llama.generate.not_done), then lab 6's."""
+def not_done(device: str, *, use_graph: bool = True, own: bool = False) -> list[Any]:
+    """Labs 4 and 5's tasks the run needs that are not done yet (llama.generate.not_done), then lab 6's
+    (with `own`, tasks 02 and 03 too)."""
     from llama.generate import NotDone
     from llama.generate import not_done as lab45_not_done
 
@@ -205,7 +224,7 @@ def not_done(device: str, *, use_graph: bool = True) -> list[Any]:
         from grader.tasks.regions import RegionError, untouched_regions
     except ImportError:
         return found
-    for name in TASK_FILES[device]:
+    for name in TASK_FILES[device] + (OWN_FILES if own else ()):
         path = LAB / name
         try:
             regions = untouched_regions(path.read_text(encoding="utf-8"), str(path))
@@ -295,6 +314,15 @@ def run(args: argparse.Namespace) -> int:
         KernelBuild().wait(every=10.0, tick=lambda k: _stderr(f"lab6: building the CUDA kernels ({k.seconds():.0f} s)"))
         if time.perf_counter() - start > 2:
             _stderr(f"lab6: CUDA kernels built in {time.perf_counter() - start:.0f} s")
+    own_libs: dict[str, str] = {}
+    if args.all_reduce == "own":
+        from kiln_tp.ipc import build_libraries
+
+        own_libs, left_out = build_libraries(args.solutions)
+        if left_out:
+            for prefix, why in left_out.items():
+                _stderr(f"{PROG}: error: --all-reduce own: {prefix} did not build: {why}")
+            return 1
     spec = {
         "model": model_path,
         "dtype": args.dtype,
@@ -309,6 +337,7 @@ def run(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "fuse": not args.no_fuse,
         "use_graph": not args.no_graph,
+        "own_libs": own_libs,
     }
     sys.stdout.flush()
     try:
@@ -318,8 +347,9 @@ def run(args: argparse.Namespace) -> int:
         _stderr(said or f"{PROG}: error: {e}")
         return 1
     per_rank = f"GPU memory {r['gpu_memory_bytes'] / 2**30:.2f} GiB on rank 0" if r["gpu_memory_bytes"] else "no GPU"
+    reduced = ", all-reduces by tasks 02 and 03" if own_libs else ""
     print(
-        f"\n[{r['device']} x {world} ranks, tensor-parallel] prompt {len(ids)} tokens, prefill "
+        f"\n[{r['device']} x {world} ranks, tensor-parallel{reduced}] prompt {len(ids)} tokens, prefill "
         f"{r['prefill_tokens_per_s']:.1f} tok/s; {len(r['tokens'])} new tokens, decode {r['decode_tokens_per_s']:.1f} "
         f"tok/s; {per_rank}" + ("; stopped at EOS" if r["stopped_at_eos"] else "")
     )
@@ -339,6 +369,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 0.0 < args.top_p <= 1.0:
         ap.error(f"--top-p must be in (0, 1] (1 keeps every token), got {args.top_p}")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args.all_reduce == "own" and args.device == "cpu":
+        ap.error("--all-reduce own runs tasks 02 and 03's CUDA libraries: GPUs only (drop --device cpu)")
     if (args.device or "cuda") == "cuda":  # first: what the user asked for, before what is not done yet
         problem = too_few_gpus(args.world)
         if problem:
@@ -350,7 +382,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_solutions(args)
     if not args.traceback:
-        missing = not_done(args.device or "cuda", use_graph=not args.no_graph)
+        missing = not_done(args.device or "cuda", use_graph=not args.no_graph, own=args.all_reduce == "own")
         if missing:  # said before anything is loaded, trained or started
             _stderr("\n".join([*(t.line() for t in missing), solutions_hint()]))
             return 1

@@ -39,6 +39,7 @@ import torch.distributed as dist
 
 HANDLE_BYTES = 64  # sizeof(cudaIpcMemHandle_t)
 PREFIXES = ("ring", "one_shot")
+SOURCES = {"ring": "02_ring.cu", "one_shot": "03_one_shot.cu"}  # each prefix's task file, in lab6/
 SENTINEL = 4096.0  # what the elements past n hold before a call, and must hold after it
 PAD = 64  # elements past n checked against SENTINEL
 LATE_S = 0.5  # how long the late rank sleeps before its call
@@ -70,6 +71,25 @@ class _CudaArray:
             "strides": None,
             "stream": None,  # nothing to wait for: the caller orders its own work
         }
+
+
+def build_libraries(solutions: bool) -> tuple[dict[str, str], dict[str, str]]:
+    """({prefix: shared library path}, {prefix: why it is left out}) for tasks 02 and 03: your
+    02_ring.cu and 03_one_shot.cu (or the reference solutions) built by the grader's nvcc build, with
+    the course's flags, in the parent process before any rank starts."""
+    from grader import paths
+    from grader.build import BuildError, shared_library
+
+    lab = paths.ROOT / "lab6"  # the repository's: a staged kiln_tp has no .cu files beside it
+    built, left_out = {}, {}
+    for prefix, rel in SOURCES.items():
+        source = paths.solution_source(lab, rel) if solutions else paths.student_source(lab, rel)
+        tag = "sol" if solutions else "student"
+        try:
+            built[prefix] = str(shared_library(rel, [source], group="lab6", stem=f"{source.stem}.{tag}"))
+        except BuildError as e:
+            left_out[prefix] = str(e).splitlines()[0]
+    return built, left_out
 
 
 def load_library(path: str | Path, prefix: str) -> ctypes.CDLL:
