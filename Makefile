@@ -67,10 +67,11 @@ bench-lab5: $(STAMP) ## lab 5 (GPU): the kernels' timings, then decode against t
 	$(PY) lab5/bench_llama.py $(if $(SOLUTIONS),--solutions --write-readme) $(ARGS)
 
 # lab 6: task 01's timings, then decode of the 7B shape on 1, 2 and 4 GPUs (those this machine shows)
-bench-lab6: $(STAMP) ## lab 6 (GPUs): task 01's timings, then 7B decode on 1, 2 and 4 GPUs (NCCL, then tasks 02+03), compute and communication apart, then tasks 02 and 03 against NCCL
+bench-lab6: $(STAMP) ## lab 6 (GPUs): task 01's timings, then 7B decode on 1, 2 and 4 GPUs (NCCL, then tasks 02+03), compute and communication apart, then tasks 02 and 03 against NCCL, then every GPU pair's bandwidth and latency
 	$(PY) -m grader bench lab6 $(if $(TASK),--task $(TASK)) $(if $(SOLUTIONS),--solutions)
 	$(PY) lab6/bench_tp.py --own-all-reduce $(if $(SOLUTIONS),--solutions --write-readme) $(ARGS)
 	$(PY) lab6/bench_allreduce.py $(if $(SOLUTIONS),--solutions --write-readme)
+	$(PY) lab6/bench_peer.py $(if $(SOLUTIONS),--write-readme)
 
 # lab 7: the kernels' timings and ladders, then task 07: a GPT-2 124M step against PyTorch eager and torch.compile
 bench-lab7: $(STAMP) ## lab 7 (GPU): the kernels' timings, task 06's loss curve against PyTorch's, then a GPT-2 small step against eager and torch.compile

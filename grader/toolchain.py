@@ -90,6 +90,41 @@ def has_gpu() -> bool:
     return bool(gpus())
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def parse_topology(text: str) -> dict[tuple[int, int], str]:
+    """{(i, j): link} from `nvidia-smi topo -m`'s matrix: "NV18" (18 bonded NVLinks), "PIX",
+    "PXB", "PHB", "NODE" or "SYS" (PCIe paths), for every pair of GPUs i != j, by nvidia-smi's
+    indices; the NIC columns and rows, the affinities and the legend are left out."""
+    lines = [_ANSI.sub("", ln) for ln in text.splitlines()]
+    header = next((ln.split("\t") for ln in lines if re.search(r"\tGPU0\b", ln)), None)
+    if header is None:
+        return {}
+    columns = {k: int(m[1]) for k, cell in enumerate(header) if (m := re.fullmatch(r"\s*GPU(\d+)\s*", cell))}
+    links: dict[tuple[int, int], str] = {}
+    for ln in lines:
+        cells = ln.split("\t")
+        row = re.fullmatch(r"GPU(\d+)", cells[0].strip()) if cells else None
+        if row is None:
+            continue
+        for k, j in columns.items():
+            if k < len(cells) and cells[k].strip() not in ("X", "") and int(row[1]) != j:
+                links[int(row[1]), j] = cells[k].strip()
+    return links
+
+
+def gpu_topology() -> dict[tuple[int, int], str]:
+    """parse_topology of this machine's `nvidia-smi topo -m` ({} without nvidia-smi, or where it fails)."""
+    if not shutil.which("nvidia-smi"):
+        return {}
+    try:
+        out = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return parse_topology(out.stdout) if out.returncode == 0 else {}
+
+
 def visible_gpu_count() -> int:
     """How many GPUs a process started from here can use: those nvidia-smi lists (it ignores
     CUDA_VISIBLE_DEVICES), narrowed by CUDA_VISIBLE_DEVICES where it is set. CUDA reads that

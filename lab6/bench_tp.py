@@ -49,7 +49,6 @@ import datetime
 import gc
 import math
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -337,15 +336,9 @@ def relative_error(a: Any, b: Any) -> float:
 
 def gpu_link() -> str | None:
     """What `nvidia-smi topo -m` says joins GPU0 and GPU1 (NV18, PIX, SYS, ...), or None."""
-    try:
-        out = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=20).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    for line in out.splitlines():
-        cells = line.split()
-        if len(cells) > 2 and cells[0].endswith("GPU0") and cells[1] == "X":
-            return cells[2]
-    return None
+    from grader.toolchain import gpu_topology
+
+    return gpu_topology().get((0, 1))
 
 
 def run_counts(args: argparse.Namespace) -> dict[str, Any]:
