@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,6 +113,46 @@ def parse_topology(text: str) -> dict[tuple[int, int], str]:
             if k < len(cells) and cells[k].strip() not in ("X", "") and int(row[1]) != j:
                 links[int(row[1]), j] = cells[k].strip()
     return links
+
+
+# one link's rate in one direction, GB/s, by the card's compute capability (major): NVLink 2 (V100),
+# 3 (A100) and 4 (H100, H200) move 25 GB/s a link each way; NVLink 5 (B200) 50 GB/s
+NVLINK_GB_S = {7: 25.0, 8: 25.0, 9: 25.0, 10: 50.0}
+# PCIe's rate per lane in one direction, GB/s, after the line code (128b/130b from gen 3 on)
+PCIE_LANE_GB_S = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+
+
+def link_rated_gb_s(link: str | None, compute_major: int, pcie: Sequence[tuple[int, int] | None]) -> float | None:
+    """One direction's rated speed of `link` between two GPUs: NV<k> is k NVLinks of the card's
+    generation; a PCIe path runs at the slower of the two GPUs' links (`pcie`: (generation, width)
+    of each, None where nvidia-smi did not say), None where a figure is unknown."""
+    if link is None:
+        return None
+    m = re.fullmatch(r"NV(\d+)", link)
+    if m:
+        rate = NVLINK_GB_S.get(compute_major)
+        return int(m[1]) * rate if rate else None
+    speeds = [PCIE_LANE_GB_S[g[0]] * g[1] for g in pcie if g is not None and g[0] in PCIE_LANE_GB_S and g[1] > 0]
+    return min(speeds) if speeds and len(speeds) == len(pcie) else None
+
+
+def pcie_links() -> dict[int, tuple[int, int]]:
+    """{nvidia-smi index: (PCIe generation, width)}, the maximum each GPU and its slot support."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,pcie.link.gen.max,pcie.link.width.max", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    found = {}
+    for line in out.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 3 and all(p.isdigit() for p in parts):
+            found[int(parts[0])] = (int(parts[1]), int(parts[2]))
+    return found
 
 
 def gpu_topology() -> dict[tuple[int, int], str]:

@@ -85,13 +85,15 @@ def use_lab(solutions: bool) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from grader.toolchain import gpus, nvcc_version
+    from grader.toolchain import gpu_topology, gpus, link_rated_gb_s, nvcc_version, pcie_links
     from kiln_tp import launch
     from kiln_tp.ipc import build_libraries, time_all_reduce
 
     libs, left_out = build_libraries(args.solutions)
     found = gpus()
     nccl = torch.cuda.nccl.version()
+    link, pcie = gpu_topology().get((0, 1)), pcie_links()
+    major = int(found[0].compute_capability.split(".")[0]) if found else 0
     times = launch(args.world, time_all_reduce, libs, args.sizes, ITERS, REPS, timeout=LAUNCH_TIMEOUT_S, device="cuda")
     for prefix in libs:
         if prefix not in times:
@@ -109,7 +111,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "reps": REPS,
         "times_us": {name: {str(size): us for size, us in per.items()} for name, per in times.items()},
         "left_out": left_out,
+        "link": link,
+        "rated_gb_s": link_rated_gb_s(link, major, [pcie.get(0), pcie.get(1)]) if found else None,
     }
+
+
+def beyond_the_link(results: dict[str, Any]) -> list[str]:
+    """Bus bandwidths past the link's rated speed in one direction (5% allowed for the rating's
+    rounding): a figure no link can carry is a timing that went wrong, and stops the run."""
+    rated = results.get("rated_gb_s")
+    if not rated:
+        return []
+    return [
+        f"{name} at {size_label(int(size))}: {bus:.0f} GB/s of bus bandwidth, past the {results['link']} link's "
+        f"rated {rated:.0f} GB/s one way"
+        for name, per in sorted(results["times_us"].items())
+        for size, us in per.items()
+        if (bus := bus_bandwidth(int(size), us, results["world"])) > 1.05 * rated
+    ]
 
 
 def goals(results: dict[str, Any]) -> list[str]:
@@ -150,6 +169,8 @@ def table(results: dict[str, Any]) -> str:
             us = t[n].get(str(size))
             cells += ["–", "–"] if us is None else [f"{us:.1f} µs", f"{bus_bandwidth(size, us, w):.1f} GB/s"]
         lines.append(f"| {size_label(size)} | " + " | ".join(cells) + " |")
+    if results.get("rated_gb_s"):
+        lines += ["", f"GPU0-GPU1 link {results['link']}: rated {results['rated_gb_s']:.0f} GB/s one way."]
     for prefix, why in sorted(results.get("left_out", {}).items()):
         lines.append(f"\n{title[prefix]} left out: {why}")
     lines += ["", "Goals (the course's, not gates):", "", *goals(results)]
@@ -187,6 +208,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = run(args)
     text = table(results)
     print(text)
+    impossible = beyond_the_link(results)
+    if impossible:
+        said = ["bench_allreduce.py: figures no link can carry, nothing written:", *impossible]
+        print("\n".join(said), file=sys.stderr)
+        return 1
     out = LAB / "results" / ("reference-allreduce.json" if args.solutions else "my-allreduce.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")

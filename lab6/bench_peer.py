@@ -31,9 +31,7 @@ import ctypes
 import datetime
 import json
 import os
-import re
 import statistics
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -48,48 +46,10 @@ LATENCY_SOURCE = "peer_latency.cu"
 COPY_BYTES = 256 << 20
 REPS = 10
 ROUNDS = 10_000
-# one link's rate in one direction, GB/s, by the card's compute capability (major): NVLink 2 (V100),
-# 3 (A100) and 4 (H100, H200) move 25 GB/s a link each way; NVLink 5 (B200) 50 GB/s
-NVLINK_GB_S = {7: 25.0, 8: 25.0, 9: 25.0, 10: 50.0}
-# PCIe's rate per lane in one direction, GB/s, after the line code (128b/130b from gen 3 on)
-PCIE_LANE_GB_S = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
 
 
 def say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def rated_gb_s(link: str | None, compute_major: int, pcie: Sequence[tuple[int, int] | None]) -> float | None:
-    """One direction's rated speed of `link` between two GPUs: NV<k> is k NVLinks of the card's
-    generation; a PCIe path runs at the slower of the two GPUs' links (`pcie`: (generation, width)
-    of each, None where nvidia-smi did not say), None where a figure is unknown."""
-    if link is None:
-        return None
-    m = re.fullmatch(r"NV(\d+)", link)
-    if m:
-        rate = NVLINK_GB_S.get(compute_major)
-        return int(m[1]) * rate if rate else None
-    speeds = [PCIE_LANE_GB_S[g[0]] * g[1] for g in pcie if g is not None and g[0] in PCIE_LANE_GB_S and g[1] > 0]
-    return min(speeds) if speeds and len(speeds) == len(pcie) else None
-
-
-def pcie_links() -> dict[int, tuple[int, int]]:
-    """{nvidia-smi index: (PCIe generation, width)}, the maximum each GPU and its slot support."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index,pcie.link.gen.max,pcie.link.width.max", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    found = {}
-    for line in out.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 3 and all(p.isdigit() for p in parts):
-            found[int(parts[0])] = (int(parts[1]), int(parts[2]))
-    return found
 
 
 def smi_index(ordinal: int) -> int:
@@ -152,7 +112,7 @@ def copy_gb_s(i: int, j: int) -> float:
 def measure() -> dict[str, Any]:
     import torch
 
-    from grader.toolchain import gpu_topology, gpus, nvcc_version
+    from grader.toolchain import gpu_topology, gpus, link_rated_gb_s, nvcc_version, pcie_links
 
     count = torch.cuda.device_count()
     found = gpus()
@@ -169,7 +129,7 @@ def measure() -> dict[str, Any]:
                 "reader": i,
                 "source": j,
                 "link": link,
-                "rated_gb_s": rated_gb_s(link, major, [pcie.get(smi_index(k)) for k in (i, j)]),
+                "rated_gb_s": link_rated_gb_s(link, major, [pcie.get(smi_index(k)) for k in (i, j)]),
                 "peer_access": torch.cuda.can_device_access_peer(i, j),
             }
             say(f"GPU {i} <- GPU {j} ({link or 'link unknown'})")
@@ -188,6 +148,17 @@ def measure() -> dict[str, Any]:
         "rounds": ROUNDS,
         "pairs": pairs,
     }
+
+
+def beyond_the_link(results: dict[str, Any]) -> list[str]:
+    """Copies past their link's rated speed (5% allowed for the rating's rounding): a timing gone
+    wrong, never a result."""
+    return [
+        f"GPU {p['reader']} <- GPU {p['source']}: {p['copy_gb_s']:.0f} GB/s past the {p['link']} link's rated "
+        f"{p['rated_gb_s']:.0f} GB/s"
+        for p in results["pairs"]
+        if p.get("rated_gb_s") and p["copy_gb_s"] > 1.05 * p["rated_gb_s"]
+    ]
 
 
 def table(results: dict[str, Any]) -> str:
@@ -237,6 +208,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = measure()
     text = table(results)
     print(text)
+    impossible = beyond_the_link(results)
+    if impossible:
+        print("\n".join(["bench_peer.py: figures no link can carry, nothing written:", *impossible]), file=sys.stderr)
+        return 1
     out = RESULTS / ("peer.json" if args.write_readme else "my-peer.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")

@@ -297,6 +297,19 @@ def test_bench_table_and_goals_from_made_up_timings():
     assert "not measured in this run" in b.table(made_up(world=4))
 
 
+def test_bench_refuses_figures_past_the_link():
+    """256 MB in 1000 us is 268 GB/s of bus bandwidth at W = 2: under NV18's rated 450 GB/s one way,
+    past a PCIe gen 4 x16 link's 31.5 GB/s; with no rating known, nothing is judged."""
+    b = bench()
+    fine = {**made_up(), "link": "NV18", "rated_gb_s": 450.0}
+    assert b.beyond_the_link(fine) == []
+    assert "GPU0-GPU1 link NV18: rated 450 GB/s one way." in b.table(fine)
+    slow_link = {**made_up(), "link": "PIX", "rated_gb_s": 31.5}
+    found = b.beyond_the_link(slow_link)
+    assert len(found) == 3 and all("past the PIX link's rated 32 GB/s one way" in f for f in found), found
+    assert b.beyond_the_link({**made_up(), "link": None, "rated_gb_s": None}) == []
+
+
 def test_readme_block_is_a_placeholder_until_measured():
     b = bench()
     text = b.README.read_text()

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from grader.toolchain import parse_topology
+from grader.toolchain import link_rated_gb_s, parse_topology
 
 ROOT = Path(__file__).resolve().parents[1]
 LAB6 = ROOT / "lab6"
@@ -45,14 +45,14 @@ def test_topology_is_read_from_nvidia_smi() -> None:
 
 
 def test_rated_speeds() -> None:
-    assert bench.rated_gb_s("NV18", 9, []) == 450.0  # H100, H200: 18 links x 25 GB/s each way
-    assert bench.rated_gb_s("NV12", 8, []) == 300.0  # A100
-    assert bench.rated_gb_s("NV18", 10, []) == 900.0  # B200: NVLink 5, 50 GB/s a link
-    assert bench.rated_gb_s("PIX", 9, [(5, 16), (5, 16)]) == pytest.approx(63.0, rel=0.01)
-    assert bench.rated_gb_s("SYS", 8, [(4, 16), (3, 16)]) == pytest.approx(15.76, rel=0.01)  # the slower
-    assert bench.rated_gb_s("PHB", 9, [(5, 16), None]) is None  # one GPU's link unknown
-    assert bench.rated_gb_s(None, 9, []) is None
-    assert bench.rated_gb_s("NV4", 6, []) is None  # a generation not in the table: no guess
+    assert link_rated_gb_s("NV18", 9, []) == 450.0  # H100, H200: 18 links x 25 GB/s each way
+    assert link_rated_gb_s("NV12", 8, []) == 300.0  # A100
+    assert link_rated_gb_s("NV18", 10, []) == 900.0  # B200: NVLink 5, 50 GB/s a link
+    assert link_rated_gb_s("PIX", 9, [(5, 16), (5, 16)]) == pytest.approx(63.0, rel=0.01)
+    assert link_rated_gb_s("SYS", 8, [(4, 16), (3, 16)]) == pytest.approx(15.76, rel=0.01)  # the slower
+    assert link_rated_gb_s("PHB", 9, [(5, 16), None]) is None  # one GPU's link unknown
+    assert link_rated_gb_s(None, 9, []) is None
+    assert link_rated_gb_s("NV4", 6, []) is None  # a generation not in the table: no guess
 
 
 def results() -> dict[str, Any]:
@@ -79,6 +79,13 @@ def test_table() -> None:
     assert text.startswith("NVIDIA H200 x 2 (driver 580.159.04, CUDA toolkit 13.0, torch 2.11.0, 2026-01-02)")
     assert "| GPU 0 <- GPU 1 | NV18 | 450 GB/s | 371 GB/s | 83% | 2.50 µs | 1.25 µs |" in text
     assert "| GPU 1 <- GPU 0 | NV18 | 450 GB/s | 368 GB/s | 82% | no peer access | – |" in text
+
+
+def test_a_copy_past_the_link_is_refused() -> None:
+    assert bench.beyond_the_link(results()) == []
+    fast = results()
+    fast["pairs"][0]["copy_gb_s"] = 480.0  # 7% past NV18's rated 450 GB/s: a timing gone wrong
+    assert bench.beyond_the_link(fast) == ["GPU 0 <- GPU 1: 480 GB/s past the NV18 link's rated 450 GB/s"]
 
 
 def test_readme_block_is_a_placeholder_until_measured() -> None:
