@@ -39,13 +39,15 @@ from typing import Any
 
 import torch
 
+from kiln_tp.ipc import SOURCES
+
 LAB = Path(__file__).resolve().parents[1]  # lab6/ (or the staged copy of it)
 ROOT = LAB.parent
 PROG = "python -m kiln_tp.generate"
 SPLIT = ("n_heads", "n_kv_heads", "hidden_dim")  # what each rank gets an equal share of
 # the lab 6 task files a run executes, by device (named from lab6/ as the task specs name them)
 TASK_FILES = {"cpu": ("kiln_tp/shard.py",), "cuda": ("kiln_tp/shard.py", "kiln_tp/cuda.py")}
-OWN_FILES = ("02_ring.cu", "03_one_shot.cu")  # and with --all-reduce own, tasks 02 and 03
+OWN_FILES = tuple(SOURCES.values())  # and with --all-reduce own, tasks 02 and 03
 PACKAGES = ("kiln_tp", "../lab5/kiln_llm", "../lab5/llama", "../lab4/kiln")
 TAGGED = re.compile(r"NotImplementedError: (?P<lab>lab\d+)/(?P<number>\d+):?\s*(?P<what>[^\n]*)")
 
