@@ -206,9 +206,25 @@ class _FakeCommunicator:
         dist.barrier()
 
 
-def checks_with_a_failing_rank(rank: int, world: int, failing: int) -> dict:
+class _FakeLinkLoad:
+    """The slow_reader scenario's link load: its gather at set-up and its barrier at close."""
+
+    def __init__(self, rank, world) -> None:
+        import torch.distributed as dist
+
+        gathered: list = [None] * world
+        dist.all_gather_object(gathered, rank)
+
+    def close(self) -> None:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def checks_with_a_failing_rank(rank: int, world: int, failing: int, real_load: bool = False) -> dict:
     """check_all_reduce on fake scenarios: rank `failing` raises in the first (a call that never
-    finished), every other rank finishes them all."""
+    finished), every other rank finishes them all. real_load: the real link load, whose set-up
+    fails on a machine without GPUs."""
     from kiln_tp import ipc as m
 
     def first(s) -> None:
@@ -216,6 +232,8 @@ def checks_with_a_failing_rank(rank: int, world: int, failing: int) -> dict:
             raise TimeoutError("one call, n=1, call 1: the GPU had not finished")
 
     m.Communicator = _FakeCommunicator
+    if not real_load:
+        m._LinkLoad = _FakeLinkLoad
     m.RUNS = {name: (first if name == m.SCENARIOS[0] else lambda s: None) for name in m.SCENARIOS}
     return m.check_all_reduce(rank, world, "", "ring")
 
@@ -230,6 +248,19 @@ def test_findings_come_back_when_one_rank_raised():
     assert "raised TimeoutError" in found[first][0][0] and found[first][1] == []
     assert all(found[name][0] == [f"not run: scenario {first!r} raised first"] for name in rest)
     assert launch(2, checks_with_a_failing_rank, -1, timeout=60) == {name: [[], []] for name in ipc().SCENARIOS}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the link load's set-up must fail: a machine without GPUs")
+def test_a_failed_link_load_fails_slow_reader_on_every_rank():
+    """The slow_reader scenario's own set-up (cuda-python, memory outside torch) failing is that
+    test's failure on every rank, named as the harness's, and no rank waits for another."""
+    from kiln_tp import launch
+
+    found = launch(2, checks_with_a_failing_rank, -1, True, timeout=60)
+    for rank in (0, 1):
+        (message,) = found["slow_reader"][rank]
+        assert "slow_reader scenario's set-up (not your library) failed" in message and "rank 0" in message
+    assert all(found[name] == [[], []] for name in ipc().SCENARIOS if name != "slow_reader")
 
 
 def test_sizes_cover_the_edges():

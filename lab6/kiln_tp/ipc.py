@@ -48,11 +48,21 @@ LATE_S = 0.5  # how long the late rank sleeps before its call
 SIZES = (1, 2, 3, 4, 5, 7, 8, 9, 1000, 1001, 4099, 65536 + 3, (1 << 20) + 5, 1 << 22)
 CAPACITY = (1 << 22) + PAD
 # the scenarios, in the order every rank runs them; each name is a test of the task's grader
-SCENARIOS = ("sizes", "repeated", "back_to_back", "late", "stream", "graph")
+SCENARIOS = ("sizes", "repeated", "back_to_back", "late", "stream", "graph", "slow_reader")
 # how long a rank waits for its queued calls: an honest call takes microseconds to a millisecond,
 # the late rank's peers wait LATE_S; a kernel spinning on a flag that never comes is caught here,
 # by the scenario and call it hangs in, not by the launch's time limit minutes later
 CALL_LIMIT_S = 15.0
+# the slow_reader scenario: rank 0's copies from each peer's memory, queued beside its calls; 16
+# copies of 256 MB take about 11 ms on an NVLink of 400 GB/s one way, against tens of microseconds
+# for the call they slow down
+LOAD_BYTES = 1 << 28
+LOAD_COPIES = 16
+SLOW_N = 1 << 22
+# a ring without its last barrier got caught in 12 of 15 such calls on two H200s: five calls miss it
+# about once in 3000 runs
+SLOW_ROUNDS = 5
+ALIGN_N = 1000
 
 
 class AllReduceError(RuntimeError):
@@ -218,6 +228,7 @@ class _Scenario:
         self.comm = comm
         self.calls = 0
         self.errors: list[str] = []
+        self.load: _LinkLoad | None = None
 
     def next_call(self) -> int:
         self.calls += 1
@@ -355,6 +366,105 @@ def _graph(s: _Scenario) -> None:
         s.check(static_out, n, call, f"CUDA graph replay {k + 1} of 3")
 
 
+class _LinkLoad:
+    """Rank 0's side of the slow_reader scenario: every rank allocates LOAD_BYTES outside torch and
+    exports its CUDA IPC handle (cuda-python's runtime); rank 0 maps every peer's and, at each
+    `start`, queues LOAD_COPIES copy-engine copies from each into its own memory, one side stream a
+    peer. They travel the links the way rank 0's reads of its peers' buffers do, and take their
+    share of each link's bandwidth from those reads: rank 0 reads its peers more slowly than they
+    read it. Made on every rank at once (the handles are gathered through the process group); a
+    rank whose set-up fails raises on every rank, after the gather, so that none waits for it."""
+
+    def __init__(self, rank: int, world: int) -> None:
+        self.rank, self.source = rank, 0
+        self.mapped: list[int] = []
+        self.copies: list[tuple[torch.cuda.Stream, int, torch.Tensor]] = []
+        raw: bytes | str
+        try:
+            from cuda.bindings import runtime as cudart
+
+            self.cudart = cudart
+            _cudart_ok(cudart.cudaSetDevice(torch.cuda.current_device()), "cudaSetDevice")  # cuda-python's own
+            self.source = _cudart_ok(cudart.cudaMalloc(LOAD_BYTES), "cudaMalloc")
+            handle = _cudart_ok(cudart.cudaIpcGetMemHandle(self.source), "cudaIpcGetMemHandle")
+            raw = ctypes.string_at(handle.getPtr(), HANDLE_BYTES)
+        except Exception as e:  # no cuda-python, no memory left
+            raw = f"rank {rank}: {type(e).__name__}: {e}"
+        gathered: list[Any] = [None] * world
+        dist.all_gather_object(gathered, raw)
+        problems = [g for g in gathered if isinstance(g, str)]
+        if problems:
+            raise RuntimeError("the slow_reader scenario's set-up (not your library) failed: " + "; ".join(problems))
+        if rank == 0:
+            for p in range(1, world):
+                peer = cudart.cudaIpcMemHandle_t()
+                ctypes.memmove(peer.getPtr(), gathered[p], HANDLE_BYTES)
+                ptr = _cudart_ok(
+                    cudart.cudaIpcOpenMemHandle(peer, cudart.cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle"
+                )
+                self.mapped.append(int(ptr))
+                self.copies.append(
+                    (torch.cuda.Stream(), int(ptr), torch.empty(LOAD_BYTES, dtype=torch.uint8, device="cuda"))
+                )
+
+    def start(self) -> None:
+        """Queues the copies (rank 0), after the work queued so far on the current stream."""
+        kind = self.cudart.cudaMemcpyKind.cudaMemcpyDefault if self.copies else None
+        for stream, src, dst in self.copies:
+            stream.wait_stream(torch.cuda.current_stream())
+            for _ in range(LOAD_COPIES):
+                _cudart_ok(
+                    self.cudart.cudaMemcpyAsync(dst.data_ptr(), src, LOAD_BYTES, kind, stream.cuda_stream),
+                    "cudaMemcpyAsync",
+                )
+
+    def close(self) -> None:
+        """Every rank, once every rank finished its scenarios: rank 0 unmaps the peers' memory, then
+        each frees its own."""
+        torch.cuda.synchronize()
+        self.copies.clear()
+        for ptr in self.mapped:
+            _cudart_ok(self.cudart.cudaIpcCloseMemHandle(ptr), "cudaIpcCloseMemHandle")
+        self.mapped.clear()
+        dist.barrier()  # no rank frees what rank 0 still maps
+        _cudart_ok(self.cudart.cudaFree(self.source), "cudaFree")
+
+
+def _cudart_ok(result: Any, what: str) -> Any:
+    """cuda-python's (error, value...) tuple: the value, or RuntimeError naming the call."""
+    err, *value = result if isinstance(result, tuple) else (result,)
+    if int(err) != 0:
+        raise RuntimeError(f"{what} failed: {err} (the slow_reader scenario's own set-up, not your library)")
+    return value[0] if len(value) == 1 else tuple(value) if value else None
+
+
+def _slow_reader(s: _Scenario) -> None:
+    """Rank 0 reads its peers' buffers slowly (_LinkLoad's copies share its links), and every other
+    rank, as soon as its call is done on its stream, writes its next input into its buffer: a rank
+    whose call ends (or writes its sum) while a peer may still be reading its buffer hands that peer
+    its next input (or its sum) in place of its input. Each of SLOW_ROUNDS rounds starts with a small call,
+    whose barriers line the GPUs up without the hosts; rank 0's copies start after it. Rank 0's
+    sums of the large calls are checked."""
+    if s.load is None:  # one rank: nobody to be slow against
+        return
+    n, rank = SLOW_N, s.comm.rank
+    for k in range(SLOW_ROUNDS):
+        s.prepare(ALIGN_N, s.next_call())
+        s.comm.all_reduce(ALIGN_N)
+        call = s.next_call()
+        following = rank_input(rank, call + 1, n)  # made before the call: nothing delays the write
+        s.prepare(n, call)
+        s.load.start()
+        s.comm.all_reduce(n)
+        if rank == 0:
+            out = s.comm.tensor(n).clone()
+        else:
+            s.comm.tensor(n).copy_(following)  # this rank moves on at once
+        s.settle(f"slow-reader call {k + 1} of {SLOW_ROUNDS}, n={n}")
+        if rank == 0:
+            s.check(out, n, call, f"rank 0 reading slowly, call {k + 1} of {SLOW_ROUNDS}")
+
+
 RUNS: dict[str, Callable[[_Scenario], None]] = {
     "sizes": _sizes,
     "repeated": _repeated,
@@ -362,6 +472,7 @@ RUNS: dict[str, Callable[[_Scenario], None]] = {
     "late": _late,
     "stream": _stream,
     "graph": _graph,
+    "slow_reader": _slow_reader,
 }
 
 
@@ -380,22 +491,32 @@ def check_all_reduce(rank: int, world: int, lib_path: str, prefix: str) -> dict[
         comm, failed = None, "set-up"
         for name in SCENARIOS:
             found[name].append(f"setting up the communicator failed: {e}")
+    load = None
+    if world > 1:
+        try:  # on every rank, communicator or not: its gather pairs up
+            load = _LinkLoad(rank, world)
+        except Exception as e:
+            found["slow_reader"].append(str(e))
     if comm is not None:
         s = _Scenario(comm)
+        s.load = load
         for name in SCENARIOS:
             if failed:
                 found[name].append(f"not run: scenario {failed!r} raised first")
                 continue
-            s.errors = []
+            s.errors = found[name]  # empty, or the link load's failed set-up (slow_reader)
             try:
                 RUNS[name](s)
             except Exception as e:  # a CUDA error, a capture that fails, a call that never finishes
                 failed = name
                 s.errors.append(f"raised {type(e).__name__}: {e} ({_where(e)})")
             found[name] = s.errors
+    finished = comm is not None and not failed and (load is not None or world == 1)
     gathered: list[Any] = [None] * world
-    dist.all_gather_object(gathered, (found, failed))
-    if comm is not None and not any(f for _, f in gathered):
+    dist.all_gather_object(gathered, (found, finished))
+    if all(f for _, f in gathered):
+        if load is not None:
+            load.close()
         comm.close()
     return {name: [g[name] for g, _ in gathered] for name in SCENARIOS}
 

@@ -415,6 +415,20 @@ VARIANTS: dict[str, Variant] = {
         "written its input (a late rank's buffer still holds the previous sum)",
         mistake="no entry barrier",
     ),
+    "02_ring.no_exit_barrier": Variant(
+        RING,
+        [
+            (
+                "        block_barrier(peers, rank, world, ++epoch);  // the last: no peer reads this buffer any more\n",  # noqa: E501
+                "        if (s < world - 2) block_barrier(peers, rank, world, ++epoch);  // the last step needs no wait\n",  # noqa: E501
+            )
+        ],
+        {"wrong"},
+        "test_slow_reader",
+        "no barrier after the last all-gather step: a rank returns while its right neighbour may still be copying "
+        "the last chunk from its buffer, and the next input the caller writes there is what that neighbour copies",
+        mistake="buffer reused while read",
+    ),
     "03_one_shot.flag_plain_load": Variant(
         ONE_SHOT,
         [(ACQUIRE_LOAD, PLAIN_LOAD)],
@@ -513,6 +527,25 @@ VARIANTS: dict[str, Variant] = {
         "no barrier before the reads: a rank adds its peers' buffers before they have written their inputs (a late "
         "rank's buffer still holds the previous sum)",
         mistake="no entry barrier",
+    ),
+    "03_one_shot.sum_before_peers_read": Variant(
+        ONE_SHOT,
+        [
+            (
+                "        block_barrier(peers, rank, world, ++epoch);  // every rank has read these elements of this buffer\n",  # noqa: E501
+                "",
+            ),
+            (
+                "            for (size_t k = i; k < n; ++k) own[k] = s[k - i];\n        }\n    }\n",
+                "            for (size_t k = i; k < n; ++k) own[k] = s[k - i];\n        }\n"
+                "        block_barrier(peers, rank, world, ++epoch);  // the round is done on every rank\n    }\n",
+            ),
+        ],
+        {"wrong"},
+        "test_slow_reader",
+        "each round's sum written into the buffer before the barrier that says every peer has read it: a slower "
+        "peer reads this rank's sum in place of its input",
+        mistake="buffer reused while read",
     ),
 }
 

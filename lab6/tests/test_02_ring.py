@@ -23,6 +23,11 @@ its own buffer: the sum must be in place on every rank, not only on rank 0.
   launched on another stream runs first, on the old buffer.
 - test_graph: the input's copy, the call and the sum's copy captured in one CUDA graph, replayed
   three times on new inputs (the epochs live on the device: nothing to reset between replays).
+- test_slow_reader: rank 0 reads rank 1's buffer slowly (the harness copies from rank 1's memory
+  to rank 0's with the copy engines beside the call, taking a share of the link), while rank 1,
+  as soon as its call is done on its stream, writes its next input into its buffer; five calls
+  at n = 2^22, rank 0's sums checked. A rank that leaves its last all-gather step without a
+  barrier hands its slower neighbour its next input in place of the sum.
 
 A scenario that raises (a CUDA error, a capture that fails) ends the run: the scenarios after it
 fail, saying which one raised. A kernel that never returns (a flag that never comes) is caught by
@@ -66,6 +71,8 @@ TASK = PythonTask(
         "written on the caller's stream, and a capture fails",
         "no entry barrier": "test_late_rank: a rank that starts the reduce-scatter before its left neighbour "
         "has arrived adds what that neighbour's buffer held before",
+        "buffer reused while read": "test_slow_reader: without a barrier after the last all-gather step a rank "
+        "returns while its right neighbour may still be copying from its buffer, and its next input lands there",
     },
 )
 
@@ -112,6 +119,11 @@ def test_stream(found):
 @pytest.mark.points(1)
 def test_graph(found):
     check(found, "graph")
+
+
+@pytest.mark.points(1)
+def test_slow_reader(found):
+    check(found, "slow_reader")
 
 
 def test_ring(grade):

@@ -22,6 +22,11 @@ tolerance 0. Each rank checks its own buffer: the sum must be in place on every 
   milliseconds and the input's copy; a kernel on the legacy stream runs first, on the old buffer.
 - test_graph: the input's copy, the call and the sum's copy captured in one CUDA graph, replayed
   three times on new inputs.
+- test_slow_reader: rank 0 reads rank 1's buffer slowly (the harness copies from rank 1's memory
+  to rank 0's with the copy engines beside the call, taking a share of the link), while rank 1,
+  as soon as its call is done on its stream, writes its next input into its buffer; five calls
+  at n = 2^22, rank 0's sums checked. A rank that writes its sum before every peer has read its
+  input, or leaves before they have, hands the slower peer a sum or its next input.
 
 A scenario that raises ends the run: the scenarios after it fail, saying which one raised. A kernel
 that never returns is caught by the rank's wait for its calls (kiln_tp.ipc.CALL_LIMIT_S): that
@@ -62,6 +67,8 @@ TASK = PythonTask(
         "written on the caller's stream, and a capture fails",
         "no entry barrier": "test_late_rank: a rank that reads its peers before they have arrived adds what their "
         "buffers held before",
+        "buffer reused while read": "test_slow_reader: a rank that writes its sum into its buffer before the "
+        "barrier that says every peer has read its input hands a slower peer the sum in place of the input",
     },
 )
 
@@ -108,6 +115,11 @@ def test_stream(found):
 @pytest.mark.points(1)
 def test_graph(found):
     check(found, "graph")
+
+
+@pytest.mark.points(1)
+def test_slow_reader(found):
+    check(found, "slow_reader")
 
 
 def test_one_shot(grade):
