@@ -40,6 +40,12 @@ needs_solutions = pytest.mark.skipif(
 )
 
 
+@pytest.fixture(autouse=True)
+def _sibling_labs() -> None:
+    """Labs 4 and 5's packages on sys.path, as importing kiln_tp puts them: whichever test runs first."""
+    import kiln_tp  # noqa: F401
+
+
 def _node() -> Any:
     """An all_reduce node of a one-node graph."""
     import kiln

@@ -28,6 +28,7 @@ construction.
 from __future__ import annotations
 
 import gc
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -157,6 +158,8 @@ def greedy_cases(
 
 # --- for the checks of task 04: one all_reduce node, compiled alone --------------------------------
 
+LATE_S = 0.2  # how long the last rank sleeps before run 1: far longer than any launch takes to run
+
 
 def reduce_input(rank: int, run: int, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     """Rank `rank`'s input to run `run` of all_reduce_runs: whole numbers from -8 to 8 (on the CPU),
@@ -177,7 +180,8 @@ def all_reduce_runs(
 
         y = all_reduce(x);  z = y + x          (outputs y and z)
 
-    compiled by kiln_llm for `device` and run `runs` times on reduce_input(rank, run, ...). Returns
+    compiled by kiln_llm for `device` and run `runs` times on reduce_input(rank, run, ...); before
+    run 1 the last rank sleeps LATE_S on the host. Returns
     {"results": {(shape, dtype, use_graph): [(y, z) of each run, on the CPU]}, "nccl_calls": how
     many times torch.distributed.all_reduce was called meanwhile (by the lowerings' launches: in the
     captures and the plain runs; a replay calls nothing)}."""
@@ -204,6 +208,10 @@ def all_reduce_runs(
                     runs_out = []
                     for run in range(runs):
                         fed = reduce_input(rank, run, shape, dtype).to(device)
+                        if run == 1 and rank == world - 1 and world > 1:
+                            # the last rank late: the others' reductions wait for it, and so must
+                            # every launch queued after theirs (an unwaited or misplaced one runs now)
+                            time.sleep(LATE_S)
                         got_y, got_z = ex.run({"x": fed})
                         runs_out.append((got_y.cpu(), got_z.cpu()))
                     results[(tuple(shape), name, use_graph)] = runs_out

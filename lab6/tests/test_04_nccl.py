@@ -9,11 +9,14 @@ capture), CPU tensors through gloo.
   float32, float16 and bfloat16, of 1, 1000, 4096 (a decode step's row of the 7B model) and 5 x 4096
   (a prompt's) elements, compiled by kiln_llm with its CUDA graph (use_graph=True: the executor's
   warm-up, its capture, then replays) and without (every launch called by each run), run three
-  times on new inputs. Every rank feeds whole numbers from -8 to 8, whose sums are exact in every
-  dtype: y must be the sum of the two ranks' x and z that sum plus rank 0's own x, exactly, on every
-  run. z catches an input reduced where it lies (the add then reads the sum, not x); y a sum left
-  anywhere but the node's slot of the arena, a slot never written, a reduction made once when the
-  executor was built, and a capture that failed (a launch that waits on the host).
+  times on new inputs, rank 1 sleeping 0.2 s on the host before the second (a launch that does not
+  make the executor's stream wait for the sum then has its slot read long before the sum is there).
+  Every rank feeds whole numbers from -8 to 8, whose sums are exact in every dtype: y must be the
+  sum of the two ranks' x and z that sum plus rank 0's own x, exactly, on every run. z catches an
+  input reduced where it lies (the add then reads the sum, not x) and an add that did not wait for
+  the sum; y a sum left anywhere but the node's slot of the arena, a slot never written, a
+  reduction made once when the executor was built, and a capture that failed (a launch that waits
+  on the host).
 - The same graph on one GPU (a launch of one rank): y must be x and z twice x, with no call of
   torch.distributed.all_reduce at all: the sum over one rank is its own tensor.
 - Lab 5's tiny model (lab5/models/tiny-llama: made by the grading process before this one starts,
@@ -87,6 +90,11 @@ TASK = PythonTask(
         "launch is what every run (and the captured graph) repeats",
         "waits on the host": "test_all_reduce_graph[captured] and the model tests: a launch that synchronizes "
         "cannot be captured in a CUDA graph",
+        "not waited": "test_all_reduce_graph: a reduction queued with async_op=True and never waited for runs "
+        "beside the next launch, which reads the slot before the sum (rank 1 is late in run 2: it always does)",
+        "wrong stream": "test_all_reduce_graph[launched]: the copy and the reduction on the current stream "
+        "rather than ex.stream: outside a capture, ex.stream's next launch does not wait for them (rank 1 late "
+        "in run 2)",
     },
 )
 
