@@ -210,7 +210,7 @@ def all_reduce_runs(
                         fed = reduce_input(rank, run, shape, dtype).to(device)
                         if run == 1 and rank == world - 1 and world > 1:
                             # the last rank late: the others' reductions wait for it, and so must
-                            # every launch queued after theirs (an unwaited or misplaced one runs now)
+                            # every launch queued after theirs (one not made to wait runs now)
                             time.sleep(LATE_S)
                         got_y, got_z = ex.run({"x": fed})
                         runs_out.append((got_y.cpu(), got_z.cpu()))

@@ -314,21 +314,6 @@ VARIANTS: dict[str, Variant] = {
         "inside a capture NCCL's stream is never joined back",
         mistake="not waited",
     ),
-    "04_nccl.current_stream": Variant(
-        NCCL,
-        [
-            (
-                "        with torch.cuda.stream(stream):  # current in a capture; not in the capture's warm-up\n"
-                + COPY_THEN_REDUCE,
-                "        if True:  # the current stream: the executor's anyway\n" + COPY_THEN_REDUCE,
-            )
-        ],
-        {"wrong", "crash", "timeout"},
-        "test_all_reduce_graph",
-        "the copy and the reduction queued on whatever stream is current, not ex.stream: outside a capture that "
-        "is not the executor's, so ex.stream's next launch does not wait for the sum (rank 1 late makes it certain)",
-        mistake="wrong stream",
-    ),
     "02_ring.flag_plain_load": Variant(
         RING,
         [(ACQUIRE_LOAD, PLAIN_LOAD)],

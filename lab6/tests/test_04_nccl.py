@@ -92,9 +92,6 @@ TASK = PythonTask(
         "cannot be captured in a CUDA graph",
         "not waited": "test_all_reduce_graph: a reduction queued with async_op=True and never waited for runs "
         "beside the next launch, which reads the slot before the sum (rank 1 is late in run 2: it always does)",
-        "wrong stream": "test_all_reduce_graph[launched]: the copy and the reduction on the current stream "
-        "rather than ex.stream: outside a capture, ex.stream's next launch does not wait for them (rank 1 late "
-        "in run 2)",
     },
 )
 
