@@ -441,10 +441,10 @@ def _cudart_ok(result: Any, what: str) -> Any:
 def _slow_reader(s: _Scenario) -> None:
     """Rank 0 reads its peers' buffers slowly (_LinkLoad's copies share its links), and every other
     rank, as soon as its call is done on its stream, writes its next input into its buffer: a rank
-    whose call ends (or writes its sum) while a peer may still be reading its buffer hands that peer
-    its next input (or its sum) in place of its input. Each of SLOW_ROUNDS rounds starts with a small call,
-    whose barriers line the GPUs up without the hosts; rank 0's copies start after it. Rank 0's
-    sums of the large calls are checked."""
+    whose call ends (or writes its sum) while a peer may still be reading its buffer hands that
+    peer its next input (or its sum) in place of its input. Each of SLOW_ROUNDS rounds starts with
+    a small call, whose barriers line the GPUs up without the hosts; rank 0's copies start after
+    it. Rank 0's sums of the large calls are checked."""
     if s.load is None:  # one rank: nobody to be slow against
         return
     n, rank = SLOW_N, s.comm.rank
