@@ -1,10 +1,10 @@
 """Honest lab 6 solutions written differently from the reference: each must pass under every seed.
 
 tests/test_honest_alternatives.py grades each one (grader/instructor/honest.py) with several
-values of GRADER_SEED, on a machine of as many GPUs as its task needs (tasks 02 and 03: 2). They
+values of GRADER_SEED, on a machine of as many GPUs as its task needs (tasks 02 to 04: 2). They
 are edits to the reference solutions; each changes what a student could legitimately choose
 otherwise: the grid, how the all-gather moves its bytes, how the flags are spelled, the order of
-the sum.
+the sum, how the NCCL call is waited for.
 """
 
 from __future__ import annotations
@@ -85,6 +85,19 @@ ALTERNATIVES: dict[str, Alternative] = {
             ),
         ],
         "the flags through libcu++'s cuda::atomic_ref at system scope instead of inline PTX",
+    ),
+    "04_nccl.async_then_wait": Alternative(
+        "kiln_tp/cuda.py",
+        [
+            (
+                "                dist.all_reduce(out, op=op)\n",
+                "                # the work's wait() makes the current stream (ex.stream) wait for NCCL's; the host\n"
+                "                # goes on at once, as with async_op=False\n"
+                "                dist.all_reduce(out, op=op, async_op=True).wait()\n",
+            )
+        ],
+        "the reduction queued with async_op=True and its work's wait() called at once: the same stream order "
+        "as async_op=False, spelled the way overlapping code does",
     ),
     "03_one_shot.own_buffer_first": Alternative(
         "03_one_shot.cu",
