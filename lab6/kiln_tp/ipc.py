@@ -376,7 +376,7 @@ class _LinkLoad:
     rank whose set-up fails raises on every rank, after the gather, so that none waits for it."""
 
     def __init__(self, rank: int, world: int) -> None:
-        self.rank, self.source = rank, 0
+        self.source = 0
         self.mapped: list[int] = []
         self.copies: list[tuple[torch.cuda.Stream, int, torch.Tensor]] = []
         raw: bytes | str
@@ -409,7 +409,7 @@ class _LinkLoad:
 
     def start(self) -> None:
         """Queues the copies (rank 0), after the work queued so far on the current stream."""
-        kind = self.cudart.cudaMemcpyKind.cudaMemcpyDefault if self.copies else None
+        kind = self.cudart.cudaMemcpyKind.cudaMemcpyDefault
         for stream, src, dst in self.copies:
             stream.wait_stream(torch.cuda.current_stream())
             for _ in range(LOAD_COPIES):
@@ -432,9 +432,13 @@ class _LinkLoad:
 
 def _cudart_ok(result: Any, what: str) -> Any:
     """cuda-python's (error, value...) tuple: the value, or RuntimeError naming the call."""
+    from grader.build import cuda_error_string
+
     err, *value = result if isinstance(result, tuple) else (result,)
     if int(err) != 0:
-        raise RuntimeError(f"{what} failed: {err} (the slow_reader scenario's own set-up, not your library)")
+        raise RuntimeError(
+            f"{what} failed: {cuda_error_string(int(err))} (the slow_reader scenario's own set-up, not your library)"
+        )
     return value[0] if len(value) == 1 else tuple(value) if value else None
 
 
@@ -510,7 +514,6 @@ def check_all_reduce(rank: int, world: int, lib_path: str, prefix: str) -> dict[
             except Exception as e:  # a CUDA error, a capture that fails, a call that never finishes
                 failed = name
                 s.errors.append(f"raised {type(e).__name__}: {e} ({_where(e)})")
-            found[name] = s.errors
     finished = comm is not None and not failed and (load is not None or world == 1)
     gathered: list[Any] = [None] * world
     dist.all_gather_object(gathered, (found, finished))
