@@ -8,10 +8,12 @@
 //            db = Σ_rows dy from the BGRADB epilogue; gelu_linear_backward_bf16, a linear layer whose
 //            input was a GELU's output, y = a Wᵀ + b with a = gelu(h) (c_proj): dW = dyᵀ a with db as
 //            above, and dh = gelu'(h) ⊙ (dy W) with dbh = Σ_rows dh (the bias gradient of the layer
-//            that made h) from the DGELU_BGRAD epilogue, h being the epilogue's auxiliary input.
+//            that made h) from the DGELU_BGRAD epilogue, h being the epilogue's auxiliary input; with
+//            dbh null, dh alone, from the DGELU epilogue.
 // Contract:  every matrix is DEVICE bfloat16, row-major and contiguous as torch stores it, at a
 //            16-byte-aligned address. x and a, h, dx and dh: (N, K); W and dW: (M, K) (torch
-//            Linear's weight: out_features M, in_features K); dy: (N, M); db: (M,); dbh: (K,).
+//            Linear's weight: out_features M, in_features K); dy: (N, M); db: (M,); dbh: (K,) or null
+//            (nothing summed: the caller computes that bias gradient elsewhere).
 //            1 <= N; K and M multiples of 8, at least 8 (every row starts on the 16-byte grid, and
 //            DGELU_BGRAD wants the leading dimension of h divisible by 8). Any other size or an
 //            unaligned pointer: cudaErrorInvalidValue, before anything runs.
@@ -110,7 +112,7 @@ COURSE_API cudaError_t linear_backward_bf16(const bf16* x, const bf16* W, const 
 COURSE_API cudaError_t gelu_linear_backward_bf16(const bf16* a, const bf16* h, const bf16* W, const bf16* dy,
                                                  bf16* dh, bf16* dW, bf16* db, bf16* dbh, int N, int K, int M,
                                                  cudaStream_t stream) {
-    // TODO(lab7/03) begin: the same refusals and the same two products, but the dgrad's epilogue turns dy W into dh = gelu'(h) ⊙ dy W and sums dh's rows into dbh: which epilogue, and which matrix is its auxiliary input, with what leading dimension? See the chapter's section "GELU's backward in the epilogue"; about 14 lines; try K != M, with h spanning GELU's bend (|h| < 3) and its tails.
+    // TODO(lab7/03) begin: the same refusals and the same two products, but the dgrad's epilogue turns dy W into dh = gelu'(h) ⊙ dy W and sums dh's rows into dbh: which epilogue, and which matrix is its auxiliary input, with what leading dimension? With dbh null, the epilogue without the sum. See the chapter's section "GELU's backward in the epilogue"; about 16 lines; try K != M, with h spanning GELU's bend (|h| < 3) and its tails.
     return cudaErrorNotYetImplemented;  //~
     // TODO(lab7/03) end
 }

@@ -265,7 +265,7 @@ CATEGORIES = (
     ("attention", r"flash|fmha|attention|sdpa|cudnn::fusion|prep_kernel|dq_convert"),
     ("loss", r"cross_entropy|log_softmax|softmax|nll"),
     ("layer norms", r"layer_?norm|layernorm|GammaBeta|norm_backward|sum_partials"),
-    ("optimizer", r"adam|multi_tensor"),
+    ("optimizer", r"adam"),
     ("matmuls", r"nvjet|gemm|sm90_xmma|cutlass|cublas"),
     ("copies and elementwise", r"."),
 )

@@ -117,7 +117,9 @@ def loss(
         h = f"h.{i}."
         y, _, _ = ops.layer_norm(x, p[h + "ln_1.weight"], p[h + "ln_1.bias"], cfg.eps)
         qkv = ops.linear(y, p[h + "attn.c_attn.weight"], p[h + "attn.c_attn.bias"])  # (B T, 3C)
-        q, k, v = qkv.view(B, T, 3, H, D).permute(2, 0, 3, 1, 4).contiguous().unbind(0)  # 3 x (B, H, T, D)
+        # 3 x (B, H, T, D), each copied out of qkv seen as (B, T, 3, H, D): unbound before the copies,
+        # so that the backward pass stacks their gradients straight into qkv's layout, in one copy
+        q, k, v = (t.transpose(1, 2).contiguous() for t in qkv.view(B, T, 3, H, D).unbind(2))
         o, _ = ops.attention(q, k, v)  # (B, H, T, D)
         o = o.transpose(1, 2).reshape(B * T, C)
         x = x + ops.linear(o, p[h + "attn.c_proj.weight"], p[h + "attn.c_proj.bias"])

@@ -100,7 +100,7 @@ MB_PLAIN_PRODUCTS = (
 )
 MB_GELU_PRODUCTS = (
     "    CUDA_CHECK(matmul_lt(lt, CUBLAS_OP_N, CUBLAS_OP_N, K, N, M, W, K, dy, M, dh, K,\n"
-    "                         CUBLASLT_EPILOGUE_DGELU_BGRAD, dbh, h, K, stream));\n"
+    "                         dgelu, dbh, h, K, stream));\n"
     "    // dWᵀ (K, M) = aᵀ (K, N) · dy (N, M), db by BGRADB as in linear_backward_bf16\n"
     "    CUDA_CHECK(matmul_lt(lt, CUBLAS_OP_N, CUBLAS_OP_T, K, M, N, a, K, dy, M, dW, K,\n"
     "                         CUBLASLT_EPILOGUE_BGRADB, db, nullptr, 0, stream));\n"
@@ -289,12 +289,50 @@ ALTERNATIVES.update(
             "gpt/train.py",
             [
                 (
-                    "torch.isfinite(self.grads).all()]).tolist()",
-                    "torch.isfinite(torch.linalg.vector_norm(self.grads, dtype=torch.float32))]).tolist()",
+                    '        largest = torch.linalg.vector_norm(self.grads, float("inf")).float()\n',
+                    "        largest = torch.linalg.vector_norm(self.grads, dtype=torch.float32)  # the 2-norm\n",
                 )
             ],
             "the gradients judged by their global norm in float32 (a NaN or an inf anywhere makes it one), as a"
             " clipping step would compute it anyway",
+        ),
+        "06_gpt_step.loss_gradient_as_written": Alternative(
+            "gpt/ops.py",
+            [
+                (
+                    "    return torch._foreach_mul([dlogits], dloss.to(dlogits.dtype))[0], None\n",
+                    "    return dlogits * dloss, None\n",
+                )
+            ],
+            "the loss's backward as the chain rule writes it, a bf16 tensor times a float32 scalar: torch's"
+            " casting kernel, the same bits, slower",
+        ),
+        "06_gpt_step.c_fc_bias_gradient_summed_twice": Alternative(
+            "gpt/ops.py",
+            [
+                (
+                    '    _call("gelu_linear_backward_bf16", a, h, weight, dy, dh, dweight, dbias, None, N, K, M,'
+                    " kernels.stream())\n",
+                    "    dbh = h.new_empty((K,))  # c_fc's bias gradient, which c_fc's own backward computes again\n"
+                    '    _call("gelu_linear_backward_bf16", a, h, weight, dy, dh, dweight, dbias, dbh, N, K, M,'
+                    " kernels.stream())\n",
+                )
+            ],
+            "task 03's GELU entry asked for dbh too, into a buffer nobody reads (DGELU_BGRAD): slower, the same"
+            " gradients",
+        ),
+        "06_gpt_step.finite_element_by_element": Alternative(
+            "gpt/train.py",
+            [
+                (
+                    '        largest = torch.linalg.vector_norm(self.grads, float("inf")).float()\n'
+                    "        loss_ok, grads_ok = torch.isfinite(torch.stack([loss, largest])).tolist()\n",
+                    "        finite = [torch.isfinite(loss).all(), torch.isfinite(self.grads).all()]\n"
+                    "        loss_ok, grads_ok = torch.stack(finite).tolist()\n",
+                )
+            ],
+            "every gradient judged on its own (isfinite, then all): a bool written and read per element, slower"
+            " than one reduction, the same answer",
         ),
     }
 )

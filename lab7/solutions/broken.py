@@ -613,7 +613,10 @@ MB_WGRAD = (
 )
 MB_GELU_DGRAD = (
     "    CUDA_CHECK(matmul_lt(lt, CUBLAS_OP_N, CUBLAS_OP_N, K, N, M, W, K, dy, M, dh, K,\n"
-    "                         CUBLASLT_EPILOGUE_DGELU_BGRAD, dbh, h, K, stream));\n"
+    "                         dgelu, dbh, h, K, stream));\n"
+)
+MB_DGELU_CHOICE = (
+    "    const cublasLtEpilogue_t dgelu = dbh != nullptr ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;\n"
 )
 MB_PLAIN_SIZES = (
     "    if (N < 1 || K < 8 || M < 8 || K % 8 != 0 || M % 8 != 0) return cudaErrorInvalidValue;\n"
@@ -689,15 +692,22 @@ MB_VARIANTS: dict[str, Variant] = {
         [
             (
                 MB_GELU_DGRAD,
-                MB_GELU_DGRAD.replace(
-                    "CUBLASLT_EPILOGUE_DGELU_BGRAD, dbh, h, K,", "CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0,"
-                ),
+                MB_GELU_DGRAD.replace("dgelu, dbh, h, K,", "CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0,"),
             )
         ],
         {"wrong"},
         "dh",
         "leaves out the DGELU_BGRAD epilogue: dh is dy W, as if the GELU were not there, and dbh is never written",
         mistake="GELU backward omitted",
+    ),
+    "03_matmul_backward.dbh_always": Variant(
+        MB,
+        [(MB_DGELU_CHOICE, "    const cublasLtEpilogue_t dgelu = CUBLASLT_EPILOGUE_DGELU_BGRAD;\n")],
+        {"wrong", "crash"},
+        "dbh",
+        "always asks for DGELU_BGRAD, also when dbh is null: cuBLASLt is handed a null bias-gradient pointer"
+        " to write, where the contract says to sum nothing",
+        mistake="optional output written",
     ),
     "03_matmul_backward.gelu_of_output": Variant(
         MB,
@@ -1010,7 +1020,12 @@ GPT_VARIANTS: dict[str, Variant] = {
     ),
     "06_gpt_step.upstream_gradient_ignored": Variant(
         OPS,
-        [("    return dlogits * dloss, None\n", "    return dlogits, None  # dloss is 1 anyway\n")],
+        [
+            (
+                "    return torch._foreach_mul([dlogits], dloss.to(dlogits.dtype))[0], None\n",
+                "    return dlogits, None  # dloss is 1 anyway\n",
+            )
+        ],
         {"wrong"},
         "cross_entropy",
         "the loss's backward returns the saved dlogits without multiplying by the incoming gradient: right for"

@@ -86,6 +86,11 @@ Checks before the cases:
   16-byte grid: both entries return cudaErrorInvalidValue and write nothing (outputs pre-filled
   with 7 stay 7). An entry that lets cuBLASLt refuse instead returns cudaErrorUnknown; one that
   checks nothing computes a result.
+- `without_dbh`: gelu_linear_backward_bf16 with dbh null (the GPT of task 06 passes null: c_fc's
+  bias gradient comes from c_fc's own backward) at 130x136x72 and 1000x768x3072, outputs pre-filled
+  with NaN: dh, dW and db as in the cases. An entry that asks for DGELU_BGRAD anyway hands cuBLASLt
+  a null pointer to write: an error or a crash. (DGELU without the sum is the cheaper epilogue: on
+  an H200 cuBLASLt fuses it into the matmul's kernel, where DGELU_BGRAD runs a kernel of its own.)
 - `on_the_stream_argument`: both entries captured into one CUDA graph on torch's capture stream and
   replayed on new data twice (cublasLtMatmul takes its stream per call; a matmul on stream 0 breaks
   the capture or runs outside it).
@@ -325,6 +330,39 @@ def refusals(ctx: RunContext) -> None:
             )
 
 
+def without_dbh(ctx: RunContext) -> None:
+    """gelu_linear_backward_bf16 with dbh null: dh, dW and db computed, nothing summed into dbh."""
+    import ctypes
+
+    import torch
+
+    from grader.child.compare import judge
+
+    rng = Rng(seed_for(ctx.task, "without_dbh"), "cuda")
+    entry = ctx.entry(GELU)
+    at_dbh = [a.name for a in ARGS_GELU].index("dbh")
+    atol, rtol = GELU_TOLERANCE["bf16"]
+    for n, k, m in ((130, 136, 72), (1000, 768, 3072)):
+        v = _inputs(rng, n, k, m)
+        out = _outputs(GELU, n, k, m, float("nan"))
+        args = entry.marshal({**v, **out})
+        args[at_dbh] = ctypes.c_void_p(None)
+        rc = entry.call_raw(args)
+        torch.cuda.synchronize()
+        if rc != 0:
+            ctx.fail(
+                f"{GELU} at {label(n, k, m)} with dbh null returned {rc} ({ctx.lib.error_name(rc)}): the contract"
+                ' takes a null dbh as "no bias gradient wanted", dh = gelu\'(h) ⊙ (dy W) from the DGELU epilogue'
+                " without BGRAD"
+            )
+            return
+        want = reference_gelu(v)
+        for name in ("dh", "dW", "db"):
+            report = judge(name, out[name], want[name], atol, rtol, None)
+            if report:
+                ctx.fail(f"{GELU} at {label(n, k, m)} with dbh null: {report}")
+
+
 def on_the_stream_argument(ctx: RunContext) -> None:
     """Both entries captured into one CUDA graph on torch's capture stream, replayed on new data."""
     import torch
@@ -374,6 +412,8 @@ MISTAKES = {
     "wrong stream": "on_the_stream_argument: captured on torch's capture stream, a matmul on stream 0 fails",
     "accumulating output": "every case: outputs pre-filled with NaN; beta = 1 adds them in",
     "sizes not refused": "refusals: K = 12, M = 20, sizes of 0 and an unaligned dy must be cudaErrorInvalidValue",
+    "optional output written": "without_dbh: dbh null must give dh, dW and db with no bias gradient summed; DGELU_BGRAD"
+    " handed a null pointer errs or crashes",
 }
 
 TASK = CudaTask(
@@ -399,7 +439,7 @@ TASK = CudaTask(
     make_inputs=make_inputs,
     tolerance=TOLERANCE,
     timing_case=label(*TIMING),
-    checks=[refusals, on_the_stream_argument],
+    checks=[refusals, without_dbh, on_the_stream_argument],
     libraries=["cublas", "cublasLt"],
     timeout=240,
     rules=[
