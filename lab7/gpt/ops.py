@@ -217,7 +217,7 @@ def _gelu_linear_grad(ctx: Any, dy: Tensor, _da: Tensor | None) -> tuple[Any, ..
 gelu_linear.register_autograd(_gelu_linear_grad, setup_context=_gelu_linear_setup)
 
 
-# --- causal attention: torch's flash forward, task 04's backward -------------------------------------
+# --- causal attention: torch's fused forward, task 04's backward -------------------------------------
 
 
 _CUDNN_FORWARD = [True]  # until cuDNN's kernel refuses once; then FlashAttention-2's for the process
