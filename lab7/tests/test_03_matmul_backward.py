@@ -4,7 +4,8 @@ bias gradients and GELU's backward:
 
 - linear_backward_bf16 (y = x Wᵀ + b, c_fc): dx = dy W; dW = dyᵀ x with db = Σ_rows dy (BGRADB);
 - gelu_linear_backward_bf16 (y = a Wᵀ + b with a = gelu(h), c_proj): dW = dyᵀ a with db (BGRADB);
-  dh = gelu'(h) ⊙ (dy W) with dbh = Σ_rows dh (DGELU_BGRAD, h its auxiliary input).
+  dh = gelu'(h) ⊙ (dy W) with dbh = Σ_rows dh (DGELU_BGRAD, h its auxiliary input); with dbh null,
+  dh alone (DGELU).
 
 Why two entries and not "y = gelu(x Wᵀ + b), given dy". cuBLASLt's DGELU epilogues act on the
 matmul's own output D, elementwise, with an auxiliary matrix of D's shape (cublasLt.h: the GELU
