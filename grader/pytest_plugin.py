@@ -12,6 +12,7 @@ line) is a one-line pointer, while JUnit XML (`--junitxml`) still gets the whole
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,28 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU to pass (skipped, with a reason, without one)")
     config.addinivalue_line("markers", "points(n): what a Python-module task's test is worth (default 1)")
     config.stash[_KEY] = Session(config)
+
+
+_TASK_FILE = re.compile(r"test_(\d\d)_\w*\.py")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With --task, a lab's other task files are not imported at all (importing a spec costs its
+    imports: a third of a second of lab 3's `make test-lab3 TASK=06`). Only when some file of the
+    folder is a selected task's: a TASK= naming none is told which tasks there are, from them all."""
+    selectors = [s for s in config.getoption("--task").split(",") if s.strip()]
+    found = _TASK_FILE.fullmatch(collection_path.name)
+    if not selectors or not found or collection_path.parent.name != "tests":
+        return None
+    lab = collection_path.parent.parent.name
+
+    def wanted(number: str) -> bool:
+        return any(catalogue.names_number(lab, number, s) for s in selectors)
+
+    if wanted(found[1]):
+        return None
+    siblings = (_TASK_FILE.fullmatch(p.name) for p in collection_path.parent.iterdir())
+    return True if any(m and wanted(m[1]) for m in siblings) else None
 
 
 def _task_of(item: pytest.Item) -> Task | None:

@@ -109,7 +109,18 @@ def _fail(path: Path, problem: str) -> WeightsError:
     return WeightsError(f"{path}: {problem}. Fix: run `{FIX}` (it rewrites lab3/models/).")
 
 
+# safetensors' dtype codes, as torch names them, and their sizes in bytes
+_DTYPES = {"F64": ("float64", 8), "F32": ("float32", 4), "F16": ("float16", 2), "BF16": ("bfloat16", 2),
+           "I64": ("int64", 8), "I32": ("int32", 4), "I16": ("int16", 2), "I8": ("int8", 1), "U8": ("uint8", 1),
+           "BOOL": ("bool", 1)}  # fmt: skip
+
+
 def _header(path: Path) -> dict[str, Any]:
+    return _layout(path)[0]
+
+
+def _layout(path: Path) -> tuple[dict[str, Any], int]:
+    """The file's JSON header and how many bytes of tensor data follow it."""
     # safetensors: an 8-byte little-endian header length, a JSON header, then the tensor bytes
     with path.open("rb") as f:
         size_bytes = f.read(8)
@@ -125,21 +136,18 @@ def _header(path: Path) -> dict[str, Any]:
         header = None
     if len(raw) < size or not isinstance(header, dict):
         raise _fail(path, "truncated or not a safetensors file (its JSON header does not parse)")
-    return header
+    return header, path.stat().st_size - 8 - size
 
 
-def _load(arch: str, directory: PathLike | None) -> dict[str, torch.Tensor]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
+def _check(arch: str, directory: PathLike | None) -> Path:
+    """The file of `arch`, checked from its header alone (keys, dtypes, shapes, each tensor's bytes
+    present): what a load would find wrong, without importing torch. The grading process asks this
+    before every lab 3 task (ensure_trained), where importing torch would cost seconds of each run."""
     path = weights_path(arch, directory)
     if not path.is_file():
         raise _fail(path, "missing")
-    _header(path)  # a clear message for the common damage before safetensors' own
-    try:
-        tensors = load_file(path)
-    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
-        raise _fail(path, f"truncated or not a safetensors file ({err})") from err
+    header, data_bytes = _layout(path)
+    tensors = {k: v for k, v in header.items() if k != "__metadata__"}
     schema = SCHEMA[arch]
     missing = [k for k in schema if k not in tensors]
     if missing:
@@ -149,18 +157,42 @@ def _load(arch: str, directory: PathLike | None) -> dict[str, torch.Tensor]:
         raise _fail(path, f"unexpected key {', '.join(extra)}: not a lab 3 {arch} file")
     n = None
     for key, (shape, dtype) in schema.items():
-        t = tensors[key]
-        found_dtype = str(t.dtype).removeprefix("torch.")
+        info = tensors[key]
+        found = info.get("shape") if isinstance(info, dict) else None
+        code = info.get("dtype") if isinstance(info, dict) else None
+        offsets = info.get("data_offsets") if isinstance(info, dict) else None
+        if not (isinstance(found, list) and isinstance(offsets, list) and len(offsets) == 2):
+            raise _fail(path, f"truncated or not a safetensors file ({key} has no shape or data offsets)")
+        found_dtype, itemsize = _DTYPES.get(str(code), (str(code).lower(), 0))
         if found_dtype != dtype:
             raise _fail(path, f"{key} has dtype {found_dtype}, expected {dtype}")
         expected = tuple(n if s is None else s for s in shape)
         if shape[0] is None and n is None:
-            n = t.shape[0] if t.dim() else None
+            n = found[0] if found else None
             expected = (n, *shape[1:])
-        if tuple(t.shape) != expected:
+        if tuple(found) != expected:
             show = tuple("N" if s is None else s for s in expected)
-            raise _fail(path, f"{key} has shape {tuple(t.shape)}, expected {show}")
-    return tensors
+            raise _fail(path, f"{key} has shape {tuple(found)}, expected {show}")
+        begin, end = offsets
+        numel = 1
+        for d in found:
+            numel *= d
+        if end - begin != numel * itemsize or end > data_bytes:
+            raise _fail(
+                path, f"truncated or not a safetensors file ({key} needs bytes {begin}..{end}, {data_bytes} are there)"
+            )
+    return path
+
+
+def _load(arch: str, directory: PathLike | None) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = _check(arch, directory)  # a clear message for the common damage before safetensors' own
+    try:
+        return load_file(path)
+    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+        raise _fail(path, f"truncated or not a safetensors file ({err})") from err
 
 
 # --- writing and training -----------------------------------------------------------------------------
@@ -184,7 +216,7 @@ def write_safetensors(path: Path, tensors: dict[str, torch.Tensor], meta: dict[s
 
 def _usable(arch: str, directory: PathLike | None) -> bool:
     try:
-        _load(arch, directory)
+        _check(arch, directory)
     except WeightsError:
         return False
     return True

@@ -11,6 +11,12 @@ grader then finds the build made, or waits for it to finish (nvcc.build_all lock
 never builds a unit twice. A task never graded before, a changed spec, or any failure here costs
 nothing but the time pytest would have spent anyway: this process only ever builds, silently.
 
+A PyTorch-extension task is built by cpp_extension in its task process, which forks after
+pytest's start and then spends half a second importing cpp_extension before ninja runs. Its last
+run's build directory is remembered too (`.build/<lab>/extensions.json`), and ninja runs there at
+once, under the lock the task process builds under: the edited kernel's file is recompiled and the
+library relinked by the time the task process asks, and its own ninja finds nothing to do.
+
     python -m grader.build.head_start lab1 [--task 03] [--solutions]
 """
 
@@ -18,7 +24,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import fcntl
 import json
+import shutil
+import subprocess
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -72,21 +82,97 @@ def recalled(lab: str, variant: str, task: str | None = None) -> list[tuple[Buil
         return []
 
 
+def _extension_record(lab: str) -> Path:
+    return paths.BUILD / lab / "extensions.json"
+
+
+def extension_lock(build: Path) -> Path:
+    """The lock a PyTorch-extension build directory is built under (flock, exclusive): the task
+    process's cpp_extension.load and the head start's ninja never run there at once."""
+    return build.with_name(build.name + ".lock")
+
+
+def remember_extension(lab: str, variant: str, task_id: str, build: Path) -> None:
+    """Keeps the build directory a PyTorch-extension task's run built in (student or solution):
+    what the next head start of the lab runs ninja in."""
+    file = _extension_record(lab)
+    try:
+        known = json.loads(file.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if known.get(f"{task_id} {variant}") == str(build):
+        return
+    known[f"{task_id} {variant}"] = str(build)
+    file.parent.mkdir(parents=True, exist_ok=True)
+    paths.write_atomically(file, json.dumps(known, indent=1, sort_keys=True))
+
+
+def recalled_extensions(lab: str, variant: str, task: str | None = None) -> list[Path]:
+    """The build directories `remember_extension` kept for this lab and variant (one task's, when
+    `task` is given as 06 or lab3/06)."""
+    try:
+        known = json.loads(_extension_record(lab).read_text())
+        found = []
+        for key, build in known.items():
+            name, kept_variant = key.rsplit(" ", 1)
+            if kept_variant == variant and (not task or name in (task, f"{lab}/{task}")):
+                found.append(Path(build))
+        return found
+    except (OSError, ValueError, AttributeError, TypeError):
+        return []
+
+
+def _ninja() -> str | None:
+    """cpp_extension's ninja: on PATH, or the PyPI package's binary."""
+    found = shutil.which("ninja")
+    if found:
+        return found
+    try:
+        import ninja  # the PyPI package ships the binary
+
+        binary = Path(ninja.BIN_DIR) / "ninja"
+    except (ImportError, AttributeError):
+        return None
+    return str(binary) if binary.exists() else None
+
+
+def refresh_extension(build: Path) -> None:
+    """ninja in a build directory cpp_extension wrote before (its build.ninja, whose commands name
+    the sources by their paths): the files edited since are compiled again and the library linked,
+    under the directory's lock. Silent: a failed compile is compiled again, and reported, by the
+    task process's own build."""
+    ninja = _ninja()
+    if ninja is None or not (build / "build.ninja").is_file():
+        return
+    with open(extension_lock(build), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run([ninja, "-C", str(build)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m grader.build.head_start", description=__doc__.split("\n\n")[0])
     parser.add_argument("lab")
     parser.add_argument("--task")
     parser.add_argument("--solutions", action="store_true")
     args = parser.parse_args(argv)
+    variant = "solution" if args.solutions else "student"
+    extensions = [
+        threading.Thread(target=refresh_extension, args=(build,))
+        for build in recalled_extensions(args.lab, variant, args.task)
+    ]
+    for thread in extensions:
+        thread.start()
     by_arch: dict[str, list[BuildUnit]] = {}
-    for unit, arch in recalled(args.lab, "solution" if args.solutions else "student", args.task):
+    for unit, arch in recalled(args.lab, variant, args.task):
         if all(s.exists() for s in unit.sources):
             by_arch.setdefault(arch, []).append(unit)
     for arch, units in by_arch.items():
         try:
             nvcc.build_all(units, arch=arch)
         except Exception:  # the grader builds again and reports whatever went wrong
-            return 0
+            break
+    for thread in extensions:
+        thread.join()
     return 0
 
 

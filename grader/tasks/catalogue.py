@@ -48,12 +48,16 @@ def all_tasks(labs: list[str] | None = None) -> list[Task]:
 
 def matches(task: Task, selector: str) -> bool:
     """`lab2/03` names one task anywhere; `03` or `3` a task number in whichever lab is graded."""
+    return names_number(task.lab, task.number, selector)
+
+
+def names_number(lab: str, number: str, selector: str) -> bool:
+    """Whether `selector` names task `number` of `lab`, as `matches` judges a task."""
     selector = selector.strip()
     if "/" in selector:
-        lab, _, number = selector.partition("/")
-        lab = lab if lab.startswith("lab") else f"lab{lab}"
-        return task.lab == lab and task.number == number.zfill(2)
-    return task.number == selector.zfill(2)
+        other, _, wanted = selector.partition("/")
+        return (other if other.startswith("lab") else f"lab{other}") == lab and wanted.zfill(2) == number
+    return selector.zfill(2) == number
 
 
 def select(tasks: list[Task], selectors: str) -> list[Task]:

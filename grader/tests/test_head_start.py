@@ -3,6 +3,7 @@ before pytest starts, and the grader then takes that build instead of making its
 
 from __future__ import annotations
 
+import fcntl
 import shutil
 import threading
 import time
@@ -93,3 +94,41 @@ def test_a_compile_error_is_not_compiled_twice_until_a_header_changes(tmp_path, 
     (tmp_path / "shape.h").write_text("#pragma once\nconstexpr int nope = 1;\n")
     build.build_all([unit], arch="sm_90")
     assert len(runs) == 1
+
+
+def test_an_extensions_build_directory_is_recalled_per_variant_and_task(tmp_path, monkeypatch):
+    monkeypatch.setattr(paths, "BUILD", tmp_path / "build")
+    a, b = tmp_path / "lab3-06-x", tmp_path / "lab3-01-x"
+    head_start.remember_extension("lab3", "student", "lab3/06", a)
+    head_start.remember_extension("lab3", "student", "lab3/01", b)
+    head_start.remember_extension("lab3", "solution", "lab3/06", b)
+    assert sorted(head_start.recalled_extensions("lab3", "student")) == sorted([a, b])
+    assert head_start.recalled_extensions("lab3", "student", "06") == [a]
+    assert head_start.recalled_extensions("lab3", "solution", "lab3/06") == [b]
+    assert head_start.recalled_extensions("lab1", "student") == []
+    (tmp_path / "build" / "lab3" / "extensions.json").write_text("[1, 2]")
+    assert head_start.recalled_extensions("lab3", "student") == []
+
+
+@pytest.mark.skipif(head_start._ninja() is None, reason="ninja not installed: pip install ninja")
+def test_the_head_start_runs_ninja_under_the_task_process_lock(tmp_path, monkeypatch):
+    """The edited file is rebuilt in the extension's build directory before the task process asks,
+    and never while the task process (here: whoever holds the directory's lock) builds there."""
+    monkeypatch.setattr(paths, "BUILD", tmp_path / "build")
+    src, out = tmp_path / "kernel.cu", tmp_path / "ext"
+    out.mkdir()
+    src.write_text("one\n")
+    (out / "build.ninja").write_text(f"rule cp\n  command = cp $in $out\nbuild lib.so: cp {src}\ndefault lib.so\n")
+    head_start.remember_extension("lab3", "student", "lab3/06", out)
+    assert head_start.main(["lab3", "--task", "06"]) == 0
+    assert (out / "lib.so").read_text() == "one\n"
+    time.sleep(0.01)
+    src.write_text("two\n")  # the student's edit
+    with open(head_start.extension_lock(out), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the task process, building
+        thread = threading.Thread(target=head_start.main, args=(["lab3"],))
+        thread.start()
+        time.sleep(0.3)
+        assert (out / "lib.so").read_text() == "one\n", "ninja ran while the task process held the lock"
+    thread.join()
+    assert (out / "lib.so").read_text() == "two\n"

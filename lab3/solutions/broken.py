@@ -443,7 +443,7 @@ VARIANTS: dict[str, Variant] = {
         {"wrong"},
         "invalid gradient",
         "computes grad_w as xᵀ·grad_y, (in, out) instead of (out, in): opcheck comes before gradcheck in the kind, "
-        "and its second sample (inputs requiring grad) fails test_aot_dispatch_dynamic with autograd's 'returned an "
+        "and its run with inputs requiring grad fails test_aot_dispatch_dynamic with autograd's 'returned an "
         "invalid gradient at index 1 - got [33, 17] but expected shape compatible with [17, 33]' (CPU stand-in)",
         mistake="backward formula",
     ),

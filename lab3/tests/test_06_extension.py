@@ -11,9 +11,10 @@ What is checked, through torch as a user meets the op:
   binding, 06_extension_op.cpp, makes them contiguous: a pointer read as if they were gives other
   values);
 - torch.autograd.gradcheck in float64 (the kernel is templated; finite differences need float64)
-  on B = 7, 33 -> 17: 809 perturbed inputs, each two forward calls, so it stays under a second;
+  on B = 7, 33 -> 17: its fast mode (one random projection of the Jacobians), and only where that
+  fails the full check (809 perturbed inputs, each two forward calls), whose verdict stands;
 - torch.library.opcheck on the same case (schema, fake against the real op, the autograd
-  registration, and tracing with symbolic sizes, without and with inputs requiring grad);
+  registration, and tracing with symbolic sizes, with inputs requiring grad);
 - torch.compile(backend="aot_eager", fullgraph=True) against eager, outputs and gradients;
 - `runs_on_the_callers_stream` (custom): the op called on a side stream (a non-blocking stream of
   torch's pool) right after a long sleep kernel and a copy of new values into x, both queued on that
@@ -52,7 +53,8 @@ Tolerances.
 - gradcheck: its defaults (atol 1e-5, rtol 1e-3) in float64, where the kernel's rounding (1e-16
   relative) is far below finite differences' own error (eps = 1e-6: about 1e-10); a gradient that
   is missing, scaled or summed over the wrong axis is off by order 1. (A gradient of the wrong
-  shape, say grad_w as xᵀ·grad_y, is refused by autograd itself, in opcheck's second sample.)
+  shape, say grad_w as xᵀ·grad_y, is refused by autograd itself, in opcheck's run with inputs
+  requiring grad.)
 - compile vs eager: the float32 tolerance above (both run the same kernel; aot_eager reorders
   nothing inside it).
 - Training: |loss_ext - loss_torch| <= TRAIN_ATOL + TRAIN_RTOL·loss_torch at every step, float32,
