@@ -122,7 +122,7 @@ def recalled_extensions(lab: str, variant: str, task: str | None = None) -> list
         return []
 
 
-def _ninja() -> str | None:
+def ninja() -> str | None:
     """cpp_extension's ninja: on PATH, or the PyPI package's binary."""
     found = shutil.which("ninja")
     if found:
@@ -141,12 +141,12 @@ def refresh_extension(build: Path) -> None:
     the sources by their paths): the files edited since are compiled again and the library linked,
     under the directory's lock. Silent: a failed compile is compiled again, and reported, by the
     task process's own build."""
-    ninja = _ninja()
-    if ninja is None or not (build / "build.ninja").is_file():
+    binary = ninja()
+    if binary is None or not (build / "build.ninja").is_file():
         return
     with open(extension_lock(build), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        subprocess.run([ninja, "-C", str(build)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        subprocess.run([binary, "-C", str(build)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -297,6 +297,28 @@ def test_without_a_gpu_every_cuda_variant_is_skipped_with_the_reason(monkeypatch
     assert all(r.points == 0 for r in results)
 
 
+@pytest.mark.skipif(shutil.which("ninja") is None and child.head_start.ninja() is None, reason="ninja not installed")
+def test_a_library_is_loaded_as_it_is_only_when_built_with_the_same_arguments_and_nothing_changed(tmp_path):
+    """make's head start (or the last run) built the library: the task process loads it without
+    cpp_extension, but only when the load's arguments are the ones it was built with and ninja has
+    nothing left to do (an edit after the head start, a build that failed, new flags)."""
+    src, out = tmp_path / "kernel.cu", tmp_path / "ext"
+    out.mkdir()
+    src.write_text("one\n")
+    lib = out / "ext.so"
+    (out / "build.ninja").write_text(
+        f"rule cp\n  command = cp $in $out\nbuild {lib.name}: cp {src}\ndefault {lib.name}\n"
+    )
+    subprocess.run([child.head_start.ninja(), "-C", str(out)], check=True, capture_output=True)
+    assert not child._made_already(out, lib, "key"), "no record of the arguments it was built with"
+    (out / child.ARGUMENTS_FILE).write_text("key")
+    assert child._made_already(out, lib, "key")
+    assert not child._made_already(out, lib, "other flags")
+    time.sleep(0.01)
+    src.write_text("two\n")
+    assert not child._made_already(out, lib, "key"), "an edit ninja has not built yet"
+
+
 # --- the CPU twin: graded for real on any machine with g++ and ninja ----------------------------
 
 CPU_VARIANTS: dict[str, tuple[dict[str, Path], Verdict, str]] = {
