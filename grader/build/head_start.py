@@ -11,11 +11,12 @@ grader then finds the build made, or waits for it to finish (nvcc.build_all lock
 never builds a unit twice. A task never graded before, a changed spec, or any failure here costs
 nothing but the time pytest would have spent anyway: this process only ever builds, silently.
 
-A PyTorch-extension task is built by cpp_extension in its task process, which forks after
-pytest's start and then spends half a second importing cpp_extension before ninja runs. Its last
+A PyTorch-extension task is built by cpp_extension in its task process, which starts after
+pytest has, and would then spend half a second importing cpp_extension before ninja ran. Its last
 run's build directory is remembered too (`.build/<lab>/extensions.json`), and ninja runs there at
 once, under the lock the task process builds under: the edited kernel's file is recompiled and the
-library relinked by the time the task process asks, and its own ninja finds nothing to do.
+library linked while pytest starts, and the task process, which waits for that lock, finds the
+library made and loads it as it is (grader/child/torch_ext.py).
 
     python -m grader.build.head_start lab1 [--task 03] [--solutions]
 """
@@ -115,7 +116,9 @@ def recalled_extensions(lab: str, variant: str, task: str | None = None) -> list
         found = []
         for key, build in known.items():
             name, kept_variant = key.rsplit(" ", 1)
-            if kept_variant == variant and (not task or name in (task, f"{lab}/{task}")):
+            # a record copied from another checkout names its folders: never build there
+            inside = Path(build).resolve().is_relative_to(paths.BUILD.resolve())
+            if inside and kept_variant == variant and (not task or name in (task, f"{lab}/{task}")):
                 found.append(Path(build))
         return found
     except (OSError, ValueError, AttributeError, TypeError):

@@ -202,7 +202,7 @@ def _check_tools(cuda: bool) -> None:
         cpp_extension.CUDA_HOME = next(h for h in homes if h and (Path(h) / "bin" / "nvcc").exists())
 
 
-# written into a build directory after cpp_extension.load built there: the load's arguments, hashed
+# written into a build directory after cpp_extension.load built there: the load's arguments (JSON)
 ARGUMENTS_FILE = "grader-load-arguments"
 
 
@@ -608,7 +608,7 @@ def check_gradients(
     atol, rtol = task.gradcheck_tolerance
     try:
         # fast mode first: v·J·u for random u and v, one finite difference per input instead of
-        # one per input element (0.5 s -> 0.01 s at 7x33->17 on an H200); a wrong Jacobian is far off
+        # one per input element (0.50 s -> 0.05 s at 7x33->17 on an H200); a wrong Jacobian is far off
         # there too. Only a failure runs the full check, whose report says which input, and its verdict stands.
         try:
             torch.autograd.gradcheck(f, leaves, eps=1e-6, atol=atol, rtol=rtol, raise_exception=True, fast_mode=True)

@@ -98,7 +98,7 @@ def test_a_compile_error_is_not_compiled_twice_until_a_header_changes(tmp_path, 
 
 def test_an_extensions_build_directory_is_recalled_per_variant_and_task(tmp_path, monkeypatch):
     monkeypatch.setattr(paths, "BUILD", tmp_path / "build")
-    a, b = tmp_path / "lab3-06-x", tmp_path / "lab3-01-x"
+    a, b = tmp_path / "build" / "torch_ext" / "lab3-06-x", tmp_path / "build" / "torch_ext" / "lab3-01-x"
     head_start.remember_extension("lab3", "student", "lab3/06", a)
     head_start.remember_extension("lab3", "student", "lab3/01", b)
     head_start.remember_extension("lab3", "solution", "lab3/06", b)
@@ -106,6 +106,8 @@ def test_an_extensions_build_directory_is_recalled_per_variant_and_task(tmp_path
     assert head_start.recalled_extensions("lab3", "student", "06") == [a]
     assert head_start.recalled_extensions("lab3", "solution", "lab3/06") == [b]
     assert head_start.recalled_extensions("lab1", "student") == []
+    head_start.remember_extension("lab3", "student", "lab3/07", tmp_path / "elsewhere")  # another checkout's
+    assert sorted(head_start.recalled_extensions("lab3", "student")) == sorted([a, b])
     (tmp_path / "build" / "lab3" / "extensions.json").write_text("[1, 2]")
     assert head_start.recalled_extensions("lab3", "student") == []
 
@@ -115,8 +117,8 @@ def test_the_head_start_runs_ninja_under_the_task_process_lock(tmp_path, monkeyp
     """The edited file is rebuilt in the extension's build directory before the task process asks,
     and never while the task process (here: whoever holds the directory's lock) builds there."""
     monkeypatch.setattr(paths, "BUILD", tmp_path / "build")
-    src, out = tmp_path / "kernel.cu", tmp_path / "ext"
-    out.mkdir()
+    src, out = tmp_path / "kernel.cu", tmp_path / "build" / "torch_ext" / "ext"
+    out.mkdir(parents=True)
     src.write_text("one\n")
     (out / "build.ninja").write_text(f"rule cp\n  command = cp $in $out\nbuild lib.so: cp {src}\ndefault lib.so\n")
     head_start.remember_extension("lab3", "student", "lab3/06", out)
