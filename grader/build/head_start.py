@@ -27,7 +27,6 @@ import argparse
 import dataclasses
 import fcntl
 import json
-import shutil
 import subprocess
 import threading
 from collections.abc import Iterable, Sequence
@@ -125,26 +124,12 @@ def recalled_extensions(lab: str, variant: str, task: str | None = None) -> list
         return []
 
 
-def ninja() -> str | None:
-    """cpp_extension's ninja: on PATH, or the PyPI package's binary."""
-    found = shutil.which("ninja")
-    if found:
-        return found
-    try:
-        import ninja  # the PyPI package ships the binary
-
-        binary = Path(ninja.BIN_DIR) / "ninja"
-    except (ImportError, AttributeError):
-        return None
-    return str(binary) if binary.exists() else None
-
-
 def refresh_extension(build: Path) -> None:
     """ninja in a build directory cpp_extension wrote before (its build.ninja, whose commands name
     the sources by their paths): the files edited since are compiled again and the library linked,
     under the directory's lock. Silent: a failed compile is compiled again, and reported, by the
     task process's own build."""
-    binary = ninja()
+    binary = nvcc.find_ninja()
     if binary is None or not (build / "build.ninja").is_file():
         return
     with open(extension_lock(build), "a") as lock:

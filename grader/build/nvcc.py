@@ -643,7 +643,7 @@ def _run_builds(plans: list[_Plan], jobs: int | None, nvcc: Path, confine: Confi
         else:
             link = step(_link_command(plan, objects, nvcc), plan.work / "link.log")
             steps.append(([plan.work / "lib.so"], objects, link))
-    ninja = _ninja()
+    ninja = find_ninja()
     if ninja is None or len(steps) <= 2:
         for _outputs, inputs, cmd in steps:  # in order: a unit's objects come before its link
             if all(p.exists() for p in inputs):
@@ -672,7 +672,8 @@ def _run_builds(plans: list[_Plan], jobs: int | None, nvcc: Path, confine: Confi
         build_file.unlink(missing_ok=True)
 
 
-def _ninja() -> str | None:
+def find_ninja() -> str | None:
+    """ninja: on PATH, or the PyPI package's binary (the builds here, and cpp_extension's)."""
     found = shutil.which("ninja")
     if found:
         return found
@@ -681,7 +682,7 @@ def _ninja() -> str | None:
 
         candidate = Path(ninja.BIN_DIR) / "ninja"
         return str(candidate) if candidate.exists() else None
-    except ImportError:
+    except (ImportError, AttributeError):
         return None
 
 

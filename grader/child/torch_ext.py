@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from grader import paths, toolchain
 from grader.build import head_start
-from grader.build.nvcc import environment_problem, first_error
+from grader.build.nvcc import environment_problem, find_ninja, first_error
 from grader.child import timing
 from grader.child.compare import judge
 from grader.child.context import TorchRunContext, chosen_cases
@@ -156,9 +156,9 @@ def _seed(build: Path, kin: str) -> None:
 # --- the build ---------------------------------------------------------------------------------
 
 
-def _find_ninja() -> None:
+def _ninja_on_path() -> None:
     """cpp_extension runs `ninja` from PATH; the PyPI package's binary counts too."""
-    binary = head_start.ninja()
+    binary = find_ninja()
     if binary is None:
         raise CheckFailure(
             Verdict.ENVIRONMENT,
@@ -190,7 +190,7 @@ def _check_tools(cuda: bool) -> None:
     """What cpp_extension's build needs, each missing piece an ENVIRONMENT verdict that names the fix."""
     from torch.utils import cpp_extension
 
-    _find_ninja()
+    _ninja_on_path()
     cxx = cpp_extension.get_cxx_compiler()
     if shutil.which(cxx) is None:
         raise CheckFailure(Verdict.ENVIRONMENT, f"C++ compiler `{cxx}` not found: install g++ (or set CXX)")
@@ -215,7 +215,7 @@ def _made_already(out: Path, lib: Path, arguments: str) -> bool:
             return False
     except OSError:
         return False
-    ninja = head_start.ninja()
+    ninja = find_ninja()
     if ninja is None:
         return False
     plan = subprocess.run([ninja, "-n"], cwd=out, capture_output=True, text=True, check=False)

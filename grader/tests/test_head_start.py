@@ -112,7 +112,7 @@ def test_an_extensions_build_directory_is_recalled_per_variant_and_task(tmp_path
     assert head_start.recalled_extensions("lab3", "student") == []
 
 
-@pytest.mark.skipif(head_start.ninja() is None, reason="ninja not installed: pip install ninja")
+@pytest.mark.skipif(build.find_ninja() is None, reason="ninja not installed: pip install ninja")
 def test_the_head_start_runs_ninja_under_the_task_process_lock(tmp_path, monkeypatch):
     """The edited file is rebuilt in the extension's build directory before the task process asks,
     and never while the task process (here: whoever holds the directory's lock) builds there."""

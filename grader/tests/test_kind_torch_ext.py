@@ -284,7 +284,7 @@ def test_a_machine_without_ninja_gets_an_environment_verdict_naming_the_fix(monk
     monkeypatch.setattr(child.shutil, "which", lambda name: None)
     monkeypatch.setitem(sys.modules, "ninja", None)  # the PyPI package missing too: its import fails
     with pytest.raises(CheckFailure) as info:
-        child._find_ninja()
+        child._ninja_on_path()
     assert info.value.verdict == Verdict.ENVIRONMENT and "pip install ninja" in info.value.message
 
 
@@ -297,7 +297,7 @@ def test_without_a_gpu_every_cuda_variant_is_skipped_with_the_reason(monkeypatch
     assert all(r.points == 0 for r in results)
 
 
-@pytest.mark.skipif(shutil.which("ninja") is None and child.head_start.ninja() is None, reason="ninja not installed")
+@pytest.mark.skipif(child.find_ninja() is None, reason="ninja not installed: pip install ninja")
 def test_a_library_is_loaded_as_it_is_only_when_built_with_the_same_arguments_and_nothing_changed(tmp_path):
     """make's head start (or the last run) built the library: the task process loads it without
     cpp_extension, but only when the load's arguments are the ones it was built with and ninja has
@@ -309,7 +309,7 @@ def test_a_library_is_loaded_as_it_is_only_when_built_with_the_same_arguments_an
     (out / "build.ninja").write_text(
         f"rule cp\n  command = cp $in $out\nbuild {lib.name}: cp {src}\ndefault {lib.name}\n"
     )
-    subprocess.run([child.head_start.ninja(), "-C", str(out)], check=True, capture_output=True)
+    subprocess.run([child.find_ninja(), "-C", str(out)], check=True, capture_output=True)
     assert not child._made_already(out, lib, "key"), "no record of the arguments it was built with"
     (out / child.ARGUMENTS_FILE).write_text("key")
     assert child._made_already(out, lib, "key")
