@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 import struct
 from pathlib import Path
@@ -174,10 +175,7 @@ def _check(arch: str, directory: PathLike | None) -> Path:
             show = tuple("N" if s is None else s for s in expected)
             raise _fail(path, f"{key} has shape {tuple(found)}, expected {show}")
         begin, end = offsets
-        numel = 1
-        for d in found:
-            numel *= d
-        if end - begin != numel * itemsize or end > data_bytes:
+        if end - begin != math.prod(found) * itemsize or end > data_bytes:
             raise _fail(
                 path, f"truncated or not a safetensors file ({key} needs bytes {begin}..{end}, {data_bytes} are there)"
             )
